@@ -1,0 +1,1 @@
+"""Builders that turn raw source files (FEVER, SciFact, PersonaMem) into the Instance dataset."""

@@ -1,0 +1,128 @@
+"""``memstate eval``: how much a checkpoint's reasoning states help the frozen responder on held-out instances.
+
+Two conditions, answered by the same responder in likelihood mode: **no state** (baseline) and **checkpoint**
+(the policy's greedy state). A state that fails ``parse_state`` cannot be used by a memory pipeline, so that
+instance is answered without rules; a state that leaks the answer is used as written (at deployment nobody
+knows the answer) and counted in the leak rate.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+from tqdm import tqdm
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+from evaluate.report import render_markdown, summarize
+from memstate.data import load_split, manifest_sha256
+from memstate.prompts import PROMPT_VERSION, policy_messages
+from memstate.responder import TransformersResponder
+from memstate.rules import FormatError, parse_state
+from memstate.schema import Instance
+from reward.gates import leaks_answer
+from reward.likelihood import likelihood_judgements
+
+logger = logging.getLogger("memstate.evaluate")
+
+
+@dataclass
+class EvalConfig:
+    checkpoint: str = field(metadata={"help": "Policy checkpoint dir (or a training output dir with final/)."})
+    split: str = field(default="test", metadata={"help": "Split to evaluate."})
+    data_dir: str | None = field(default=None, metadata={"help": "Dataset dir; default: the one it trained on."})
+    responder_model: str | None = field(default=None, metadata={"help": "Responder; default: the training one."})
+    out_dir: str | None = field(default=None, metadata={"help": "Report dir; default: CHECKPOINT/eval-SPLIT."})
+    max_new_tokens: int = field(default=128, metadata={"help": "Token limit of a generated state."})
+    batch_size: int = field(default=16, metadata={"help": "Policy generation and responder batch size."})
+    max_instances: int | None = field(default=None, metadata={"help": "Evaluate only the first N instances."})
+
+
+def resolve_checkpoint(path: str | Path) -> Path:
+    path = Path(path)
+    if (path / "final" / "config.json").is_file():
+        return path / "final"
+    if not (path / "config.json").is_file():
+        raise FileNotFoundError(f"{path}: not a model checkpoint (no config.json, no final/config.json)")
+    return path
+
+
+@torch.no_grad()
+def generate_states(checkpoint: Path, instances: list[Instance], max_new_tokens: int, batch_size: int) -> list[str]:
+    """Greedy policy outputs, one per instance (batched, left-padded)."""
+    tokenizer = AutoTokenizer.from_pretrained(checkpoint)
+    tokenizer.padding_side = "left"
+    model = AutoModelForCausalLM.from_pretrained(checkpoint).eval()
+    texts = []
+    for start in tqdm(range(0, len(instances), batch_size), desc="policy states", unit="batch"):
+        chunk = instances[start : start + batch_size]
+        prompts = [
+            tokenizer.apply_chat_template(policy_messages(i), add_generation_prompt=True, tokenize=False) for i in chunk
+        ]
+        enc = tokenizer(prompts, return_tensors="pt", padding=True, add_special_tokens=False)
+        out = model.generate(**enc, max_new_tokens=max_new_tokens, do_sample=False, pad_token_id=tokenizer.pad_token_id)
+        texts += tokenizer.batch_decode(out[:, enc["input_ids"].shape[1] :], skip_special_tokens=True)
+    return texts
+
+
+def evaluate_checkpoint(config: EvalConfig) -> Path:
+    """Run the evaluation, write ``report.json`` and ``report.md``; return the report dir."""
+    checkpoint = resolve_checkpoint(config.checkpoint)
+    meta_path = checkpoint / "memstate.json"
+    meta = json.loads(meta_path.read_text()) if meta_path.is_file() else {}
+    if meta.get("prompt_version", PROMPT_VERSION) != PROMPT_VERSION:
+        logger.warning(
+            "checkpoint was trained with prompts %s, evaluating with %s", meta["prompt_version"], PROMPT_VERSION
+        )
+    data_dir = config.data_dir or meta.get("data_dir")
+    responder_model = config.responder_model or meta.get("responder_model")
+    if not data_dir or not responder_model:
+        raise ValueError(f"{checkpoint}: no memstate.json naming data and responder; pass --data and --responder")
+    instances = load_split(data_dir, config.split)[: config.max_instances]
+    logger.info("evaluating %s on %d %s instances", checkpoint, len(instances), config.split)
+
+    texts = generate_states(checkpoint, instances, config.max_new_tokens, config.batch_size)
+    states = [parse_state(t) for t in texts]
+    rules = [None if isinstance(s, FormatError) else s.rules for s in states]
+    responder = TransformersResponder(responder_model, batch_size=config.batch_size)
+    baseline = likelihood_judgements(responder, instances, [None] * len(instances))
+    with_state = likelihood_judgements(responder, instances, rules)
+
+    records = []
+    for inst, text, state, base, ours in zip(instances, texts, states, baseline, with_state, strict=True):
+        ok = not isinstance(state, FormatError)
+        records.append(
+            {
+                "id": inst.id,
+                "task": inst.task,
+                "perspective": inst.perspective,
+                "state": text,
+                "format_ok": ok,
+                "format_error": None if ok else state.reason,
+                "leak": ok and leaks_answer(state.text, inst),
+                "rule_words": state.words if ok else 0,
+                "no_state": {"score": base.score, "correct": base.correct},
+                "checkpoint": {"score": ours.score, "correct": ours.correct},
+            }
+        )
+    report = {
+        "checkpoint": str(checkpoint),
+        "split": config.split,
+        "prompt_version": PROMPT_VERSION,
+        "checkpoint_prompt_version": meta.get("prompt_version"),
+        "data_dir": str(data_dir),
+        "data_manifest_sha256": manifest_sha256(data_dir),
+        "responder_model": str(responder_model),
+        "score_mode": "likelihood",
+        "metrics": summarize(records),
+        "records": records,
+    }
+    out_dir = Path(config.out_dir) if config.out_dir else checkpoint / f"eval-{config.split}"
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / "report.json").write_text(json.dumps(report, indent=2))
+    (out_dir / "report.md").write_text(render_markdown(report))
+    logger.info("report in %s: %s", out_dir, json.dumps(report["metrics"]["overall"]))
+    return out_dir

@@ -1,0 +1,1 @@
+"""memstate core: schema, prompts, reasoning-state rules, responder, tiny models, CLI."""

@@ -1,0 +1,105 @@
+"""``memstate`` command line: one subcommand per stage; each imports its stage only when run."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+
+
+def _tiny_models(args: argparse.Namespace) -> None:
+    from memstate.tiny_models import build_tiny_models, tree_sha256
+
+    paths = build_tiny_models(args.out)
+    for name, path in paths.items():
+        print(f"{name}: {path}")
+    if args.print_sha256:
+        for rel, digest in tree_sha256(args.out).items():
+            print(f"{digest}  {rel}")
+
+
+def _build_data(args: argparse.Namespace) -> None:
+    from data_build.build import build_data, load_data_config
+
+    config = load_data_config(args.config)
+    manifest = build_data(config, args.out)
+    print(
+        f"{manifest['instances_out']} instances ({manifest['counts']['split']}) in {args.out}; "
+        f"{manifest['records_skipped']} of {manifest['records_in']} records skipped (see manifest.json)"
+    )
+
+
+def _train(args: argparse.Namespace, rest: list[str]) -> None:
+    from train.config import parse_train_args
+    from train.run import train
+
+    script_args, grpo_config = parse_train_args(["--config", args.config, *rest])
+    final = train(script_args, grpo_config, resume=args.resume)
+    print(f"final model: {final}")
+
+
+def _eval(args: argparse.Namespace) -> None:
+    from evaluate.run import EvalConfig, evaluate_checkpoint
+
+    out = evaluate_checkpoint(
+        EvalConfig(
+            checkpoint=args.checkpoint,
+            split=args.split,
+            data_dir=args.data,
+            responder_model=args.responder,
+            out_dir=args.out,
+            max_new_tokens=args.max_new_tokens,
+            max_instances=args.max_instances,
+        )
+    )
+    print(f"report: {out / 'report.md'}")
+    print((out / "report.md").read_text())
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="memstate", description=__doc__)
+    parser.add_argument("--log-level", default="INFO", help="Python logging level (default INFO).")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("tiny-models", help="Build the tiny random-init policy, responder and tokenizer.")
+    p.add_argument("--out", required=True, help="Output dir; writes OUT/policy and OUT/responder.")
+    p.add_argument("--print-sha256", action="store_true", help="Print the sha256 of every file written.")
+
+    p = sub.add_parser("build-data", help="Build the Instance dataset from raw source files.")
+    p.add_argument("--config", required=True, help="Data YAML, e.g. configs/data/fever_fixture.yaml.")
+    p.add_argument("--out", required=True, help="Output dataset dir (parquet + jsonl + manifest.json).")
+
+    p = sub.add_parser(
+        "train",
+        help="GRPO-train the policy (TRL GRPOTrainer).",
+        description="Any MemstateTrainArguments or GRPOConfig field can follow as --field value, overriding the YAML.",
+    )
+    p.add_argument("--config", required=True, help="Train YAML, e.g. configs/train/tiny_cpu.yaml.")
+    p.add_argument("--resume", action="store_true", help="Continue from the last checkpoint in output_dir.")
+
+    p = sub.add_parser("eval", help="Evaluate a checkpoint: responder accuracy with and without its states.")
+    p.add_argument("--checkpoint", required=True, help="Checkpoint dir, or a training output dir (uses final/).")
+    p.add_argument("--split", default="test", help="Split to evaluate (default test).")
+    p.add_argument("--data", help="Dataset dir (default: the one the checkpoint was trained on).")
+    p.add_argument("--responder", help="Responder model (default: the checkpoint's training responder).")
+    p.add_argument("--out", help="Report dir (default: CHECKPOINT/eval-SPLIT).")
+    p.add_argument("--max-new-tokens", type=int, default=128, help="Token limit of a state (default 128).")
+    p.add_argument("--max-instances", type=int, help="Evaluate only the first N instances.")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args, rest = parser.parse_known_args(sys.argv[1:] if argv is None else argv)
+    if rest and args.command != "train":
+        parser.error(f"unrecognized arguments: {' '.join(rest)}")
+    logging.basicConfig(level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if args.command == "train":
+        _train(args, rest)
+    else:
+        {"tiny-models": _tiny_models, "build-data": _build_data, "eval": _eval}[args.command](args)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

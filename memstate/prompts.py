@@ -1,0 +1,95 @@
+"""Every prompt the policy and the responder see, in one place.
+
+``PROMPT_VERSION`` is saved in every checkpoint, cache key and report: change it whenever a prompt
+changes, so cached baselines and old reports are never mixed with new prompts.
+"""
+
+from __future__ import annotations
+
+from memstate.schema import Fact, Instance, Relation, option_letters
+
+PROMPT_VERSION = "ms-prompts-v1"
+
+Message = dict[str, str]
+
+POLICY_SYSTEM = (
+    "You guide an assistant that answers a user's request using the user's long-term memories and "
+    "retrieved evidence. Some memories still hold, some were superseded, some are only preferences, and "
+    "some conflict with objective evidence. Write a reasoning state: 2 to 4 short imperative rules that tell "
+    "the assistant how to use these memories for this request. Each rule is one line starting with '- '. "
+    "Use at most 80 words in all. Refer to memories by their ids. Do not answer the request yourself."
+)
+
+RESPONDER_SYSTEM = "You are a helpful personal assistant. Answer the user's request using the memories provided."
+
+STATE_HEADER = "Rules for using the memories:"
+
+
+def format_fact(fact: Fact) -> str:
+    """``[F1] (kind, scope, time) text`` — the role is never shown.
+
+    >>> format_fact(Fact("F2", "I live in Oslo.", "fact", "global", turn=3, time="2024-05-01", role="outdated"))
+    '[F2] (fact, global, 2024-05-01) I live in Oslo.'
+    """
+    attrs = ", ".join(a for a in (fact.kind, fact.scope, fact.time) if a)
+    return f"[{fact.id}] ({attrs}) {fact.text}"
+
+
+def format_relation(rel: Relation) -> str:
+    """``F3 SUPERSEDES F1``.
+
+    >>> format_relation(Relation("F3", "SUPERSEDES", "F1"))
+    'F3 SUPERSEDES F1'
+    """
+    return f"{rel.src} {rel.type} {rel.dst}"
+
+
+def format_options(instance: Instance) -> str:
+    """Closed answer sets as lettered options, one per line (empty string for free answers)."""
+    cands = instance.candidates
+    return "\n".join(f"({letter}) {text}" for letter, text in zip(option_letters(len(cands)), cands, strict=True))
+
+
+def _request_block(instance: Instance) -> str:
+    options = format_options(instance)
+    return instance.question + (f"\nOptions:\n{options}" if options else "")
+
+
+def policy_messages(instance: Instance, facts: tuple[Fact, ...] | None = None) -> list[Message]:
+    """The policy's chat prompt: request, facts and relational state; asks for rules, not the answer.
+
+    ``facts`` overrides ``instance.facts`` (used when facts are truncated to fit a token budget).
+    """
+    facts = instance.facts if facts is None else facts
+    kept = {f.id for f in facts}
+    relations = [r for r in instance.relations if r.src in kept and r.dst in kept]
+    user = (
+        f"Request:\n{_request_block(instance)}\n\n"
+        "Memories:\n" + "\n".join(format_fact(f) for f in facts) + "\n\n"
+        "Relations:\n" + ("\n".join(format_relation(r) for r in relations) or "(none)") + "\n\n"
+        "Write 2 to 4 rules, each on its own line starting with '- ', about how to use these memories. "
+        "Do not state the answer."
+    )
+    return [{"role": "system", "content": POLICY_SYSTEM}, {"role": "user", "content": user}]
+
+
+def answer_instruction(instance: Instance) -> str:
+    if instance.candidates:
+        return "Answer with the letter of the correct option only."
+    return "Answer briefly."
+
+
+def responder_messages(instance: Instance, rules: tuple[str, ...] | None = None) -> list[Message]:
+    """The responder's prompt, with or without a reasoning state.
+
+    The rules go after everything shared, so every candidate prompt of one instance shares its whole prefix
+    with the others and with the baseline prompt (prefix caching in vLLM).
+    """
+    parts = [
+        "Memories:\n" + "\n".join(format_fact(f) for f in instance.facts),
+        f"Request:\n{_request_block(instance)}",
+    ]
+    if rules:
+        parts.append(STATE_HEADER + "\n" + "\n".join(f"- {r}" for r in rules))
+    parts.append(answer_instruction(instance))
+    return [{"role": "system", "content": RESPONDER_SYSTEM}, {"role": "user", "content": "\n\n".join(parts)}]

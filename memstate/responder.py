@@ -1,0 +1,115 @@
+"""The frozen responder: one ``Responder`` protocol, and the in-process ``transformers`` backend.
+
+The reward needs two things from a responder: greedy answers (exact mode) and the log-probability of
+given answer continuations (likelihood mode). The HTTP backend for a ``vllm serve`` of the responder
+implements the same protocol (reward issue).
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple, Protocol
+
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+from memstate.prompts import Message
+
+
+class ContinuationLogprob(NamedTuple):
+    """Summed log-probability of a continuation and its token count (for length normalization)."""
+
+    logprob: float
+    n_tokens: int
+
+
+class Responder(Protocol):
+    name: str
+
+    def answer(self, prompts: list[list[Message]], max_new_tokens: int = 32) -> list[str]:
+        """Greedy (temperature 0) answers to chat prompts."""
+        ...
+
+    def answer_logprob(
+        self, prompts: list[list[Message]], continuations: list[list[str]]
+    ) -> list[list[ContinuationLogprob]]:
+        """For each prompt, the log-probability of each of its candidate answer continuations."""
+        ...
+
+
+class TransformersResponder:
+    """In-process responder for CPU tests and tiny runs: batched forward passes, no decoding for scoring."""
+
+    def __init__(self, model_path: str, *, batch_size: int = 16, device: str = "cpu", dtype: str = "float32"):
+        self.name = str(model_path)
+        self.tokenizer = AutoTokenizer.from_pretrained(model_path)
+        self.tokenizer.padding_side = "left"
+        self.model = AutoModelForCausalLM.from_pretrained(model_path, dtype=getattr(torch, dtype)).to(device)
+        self.model.eval()
+        self.batch_size = batch_size
+        self.device = device
+        self.forward_passes = 0
+
+    def _prompt_ids(self, messages: list[Message]) -> list[int]:
+        # enable_thinking=False: Qwen3 responders answer directly; templates without the flag ignore it.
+        return self.tokenizer.apply_chat_template(
+            messages, add_generation_prompt=True, tokenize=True, enable_thinking=False, return_dict=False
+        )
+
+    def _batches(self, rows: list[list[int]]):
+        pad = self.tokenizer.pad_token_id
+        for start in range(0, len(rows), self.batch_size):
+            chunk = rows[start : start + self.batch_size]
+            width = max(len(r) for r in chunk)
+            ids = torch.tensor([[pad] * (width - len(r)) + r for r in chunk], device=self.device)
+            mask = torch.tensor([[0] * (width - len(r)) + [1] * len(r) for r in chunk], device=self.device)
+            yield start, ids, mask
+
+    @torch.no_grad()
+    def _logprobs(self, rows: list[list[int]], n_last: list[int]) -> list[torch.Tensor]:
+        """Log-softmax over the vocabulary at the last ``n_last[i]`` next-token positions of each row."""
+        out: list[torch.Tensor] = []
+        for start, ids, mask in self._batches(rows):
+            self.forward_passes += 1
+            k = max(n_last[start : start + len(ids)])
+            # Explicit positions so a left-padded row scores exactly as it would alone.
+            positions = (mask.cumsum(-1) - 1).clamp(min=0)
+            logits = self.model(input_ids=ids, attention_mask=mask, position_ids=positions, logits_to_keep=k).logits
+            logits = logits.float()
+            logp = torch.log_softmax(logits, dim=-1)
+            for j in range(len(ids)):
+                out.append(logp[j, k - n_last[start + j] :])
+        return out
+
+    def answer_logprob(
+        self, prompts: list[list[Message]], continuations: list[list[str]]
+    ) -> list[list[ContinuationLogprob]]:
+        prompt_ids = [self._prompt_ids(m) for m in prompts]
+        cont_ids = [[self.tokenizer.encode(c, add_special_tokens=False) for c in conts] for conts in continuations]
+        results: list[list[ContinuationLogprob]] = [[] for _ in prompts]
+        # Single-token candidates (option letters): one row per prompt, read every candidate at the last position.
+        single = [i for i, conts in enumerate(cont_ids) if all(len(c) == 1 for c in conts)]
+        for i, logp in zip(single, self._logprobs([prompt_ids[i] for i in single], [1] * len(single)), strict=True):
+            results[i] = [ContinuationLogprob(float(logp[-1, c[0]]), 1) for c in cont_ids[i]]
+        # Multi-token continuations: one row per (prompt, continuation), teacher-forced.
+        multi = [(i, c) for i, conts in enumerate(cont_ids) if i not in set(single) for c in conts]
+        rows = [prompt_ids[i] + c for i, c in multi]
+        for (i, c), logp in zip(multi, self._logprobs(rows, [len(c) + 1 for _, c in multi]), strict=True):
+            # Position t predicts token t+1: the continuation's tokens are read from positions -len(c)-1 … -2.
+            lp = sum(float(logp[t, tok]) for t, tok in enumerate(c))
+            results[i].append(ContinuationLogprob(lp, len(c)))
+        return results
+
+    @torch.no_grad()
+    def answer(self, prompts: list[list[Message]], max_new_tokens: int = 32) -> list[str]:
+        rows = [self._prompt_ids(m) for m in prompts]
+        answers: list[str] = []
+        for _, ids, mask in self._batches(rows):
+            out = self.model.generate(
+                input_ids=ids,
+                attention_mask=mask,
+                max_new_tokens=max_new_tokens,
+                do_sample=False,
+                pad_token_id=self.tokenizer.pad_token_id,
+            )
+            answers += self.tokenizer.batch_decode(out[:, ids.shape[1] :], skip_special_tokens=True)
+        return answers

@@ -1,0 +1,1 @@
+"""Reward: scoring, gates, the counterfactual-gain TRL reward function."""

@@ -1,0 +1,91 @@
+"""Score functions, one per ``answer_kind``: ``compute_score(solution, ground_truth, ...)`` -> [0, 1]."""
+
+from __future__ import annotations
+
+import math
+import re
+import string
+from collections import Counter
+
+from memstate.schema import option_letters
+
+_ARTICLES = re.compile(r"\b(a|an|the)\b")
+
+
+def normalize_text(text: str) -> str:
+    """SQuAD normalization: lowercase, drop punctuation and articles, collapse whitespace.
+
+    >>> normalize_text("The  Claim is SUPPORTED!")
+    'claim is supported'
+    """
+    text = text.lower()
+    text = "".join(ch for ch in text if ch not in set(string.punctuation))
+    text = _ARTICLES.sub(" ", text)
+    return " ".join(text.split())
+
+
+def label_score(solution: str, ground_truth: str) -> float:
+    """Normalized label match.
+
+    >>> label_score(" Refuted.", "refuted")
+    1.0
+    >>> label_score("supported", "refuted")
+    0.0
+    """
+    return float(normalize_text(solution) == normalize_text(ground_truth))
+
+
+def choice_score(solution: str, ground_truth: str, options: list[str] | tuple[str, ...]) -> float:
+    """Option letter or option text match; ``ground_truth`` is the correct letter.
+
+    >>> choice_score("(B)", "B", ["tea", "coffee"])
+    1.0
+    >>> choice_score("coffee", "B", ["tea", "coffee"])
+    1.0
+    >>> choice_score("A) tea", "B", ["tea", "coffee"])
+    0.0
+    """
+    letters = option_letters(len(options))
+    answer = solution.strip()
+    m = re.match(r"^\(?([A-Za-z])\)?(?:[\s.:)]|$)", answer)
+    if m and m.group(1).upper() in letters:
+        return float(m.group(1).upper() == ground_truth.upper())
+    norm = normalize_text(answer)
+    matches = [letter for letter, opt in zip(letters, options, strict=True) if normalize_text(opt) == norm]
+    return float(matches == [ground_truth.upper()])
+
+
+def f1_score(solution: str, ground_truth: str) -> float:
+    """SQuAD token F1.
+
+    >>> round(f1_score("in the city of Oslo", "Oslo city"), 3)
+    0.667
+    >>> f1_score("", "Oslo")
+    0.0
+    """
+    pred, gold = normalize_text(solution).split(), normalize_text(ground_truth).split()
+    common = sum((Counter(pred) & Counter(gold)).values())
+    if common == 0:
+        return 0.0
+    precision, recall = common / len(pred), common / len(gold)
+    return 2 * precision * recall / (precision + recall)
+
+
+def option_probability(logprobs: list[float], correct: int) -> float:
+    """Likelihood-mode score for closed sets: P(correct letter) renormalized over the option letters.
+
+    >>> round(option_probability([math.log(0.2), math.log(0.6), math.log(0.2)], 1), 6)
+    0.6
+    """
+    top = max(logprobs)
+    weights = [math.exp(lp - top) for lp in logprobs]
+    return weights[correct] / sum(weights)
+
+
+def continuation_probability(logprob: float, n_tokens: int) -> float:
+    """Likelihood-mode score for free text: length-normalized probability exp(mean token log-prob).
+
+    >>> round(continuation_probability(2 * math.log(0.5), 2), 6)
+    0.5
+    """
+    return math.exp(logprob / max(n_tokens, 1))

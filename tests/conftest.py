@@ -1,0 +1,31 @@
+"""Shared fixtures: the tiny models and the FEVER fixture dataset are built once per test session."""
+
+from pathlib import Path
+
+import pytest
+
+from data_build.build import build_data, load_data_config
+from memstate.data import load_split
+from memstate.tiny_models import build_tiny_models
+
+ROOT = Path(__file__).resolve().parents[1]
+FEVER_CONFIG = ROOT / "configs" / "data" / "fever_fixture.yaml"
+
+
+@pytest.fixture(scope="session")
+def tiny_models(tmp_path_factory) -> dict[str, Path]:
+    return build_tiny_models(tmp_path_factory.mktemp("tiny-models"))
+
+
+@pytest.fixture(scope="session")
+def fever_data(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("fever-data")
+    config = load_data_config(FEVER_CONFIG)
+    config.progress = False
+    build_data(config, out)
+    return out
+
+
+@pytest.fixture(scope="session")
+def fever_train(fever_data):
+    return load_split(fever_data, "train")

@@ -1,0 +1,112 @@
+import pytest
+
+from memstate.prompts import PROMPT_VERSION
+from memstate.responder import TransformersResponder
+from memstate.rules import parse_state
+from reward.counterfactual import BaselineCache, CounterfactualGainReward, RewardConfig
+from reward.gates import leaks_answer
+from reward.likelihood import likelihood_judgements
+
+GOOD = "- Weigh the evidence in {ev} against the user's claim in {user}.\n- Answer from the evidence facts only."
+
+
+class CountingResponder:
+    """Wraps the real in-process responder and records every prompt it is asked to score."""
+
+    def __init__(self, inner):
+        self.inner = inner
+        self.name = inner.name
+        self.prompts = []
+
+    def answer(self, prompts, max_new_tokens=32):
+        return self.inner.answer(prompts, max_new_tokens)
+
+    def answer_logprob(self, prompts, continuations):
+        self.prompts += prompts
+        return self.inner.answer_logprob(prompts, continuations)
+
+
+@pytest.fixture(scope="module")
+def responder(tiny_models):
+    return TransformersResponder(str(tiny_models["responder"]), batch_size=8)
+
+
+def columns(instances):
+    return {k: [inst.to_dict()[k] for inst in instances] for k in instances[0].to_dict()}
+
+
+def good_state(inst):
+    user = next(f.id for f in inst.facts if f.kind != "evidence")
+    ev = next(f.id for f in inst.facts if f.kind == "evidence")
+    return GOOD.format(ev=ev, user=user)
+
+
+def test_gates_penalize_without_calling_the_responder(responder, fever_train):
+    inst = fever_train[0]
+    counting = CountingResponder(responder)
+    reward = CounterfactualGainReward(counting, RewardConfig(format_penalty=-1.0, leak_penalty=-0.5))
+    leak = f"- The claim is {inst.answer}.\n- Ignore the user."
+    assert leaks_answer(leak, inst)
+    out = reward(prompts=[None] * 2, completions=["not a state", leak], **columns([inst, inst]))
+    assert out == [-1.0, -0.5]
+    # only the one baseline prompt was scored; the gated states never reached the responder
+    assert len(counting.prompts) == 1 and "Rules for using the memories" not in counting.prompts[0][1]["content"]
+
+
+def test_gain_is_state_score_minus_baseline_score(responder, fever_train):
+    insts = fever_train[:3]
+    states = [good_state(i) for i in insts]
+    reward = CounterfactualGainReward(responder)
+    out = reward(
+        prompts=[None] * 3, completions=[[{"role": "assistant", "content": s}] for s in states], **columns(insts)
+    )
+    base = likelihood_judgements(responder, insts, [None] * 3)
+    ours = likelihood_judgements(responder, insts, [parse_state(s).rules for s in states])
+    assert out == pytest.approx([o.score - b.score for o, b in zip(ours, base, strict=True)], abs=1e-6)
+    assert all(-1.0 <= g <= 1.0 for g in out)
+
+
+def test_dedup_and_baseline_cache(responder, fever_train):
+    inst = fever_train[1]
+    counting = CountingResponder(responder)
+    cache = BaselineCache()
+    reward = CounterfactualGainReward(counting, cache=cache)
+    metrics = {}
+    state = good_state(inst)
+    first = reward(prompts=[None] * 4, completions=[state] * 4, log_metric=metrics.__setitem__, **columns([inst] * 4))
+    assert len(set(first)) == 1
+    assert len(counting.prompts) == 2  # one baseline + one state, though four identical candidates
+    assert metrics["memstate/dedup_hits"] == 3.0 and metrics["memstate/cache_hits"] == 0.0
+    reward(prompts=[None], completions=[state + "\n- Check F1."], log_metric=metrics.__setitem__, **columns([inst]))
+    assert len(counting.prompts) == 3  # baseline came from the cache
+    assert metrics["memstate/cache_hits"] == 1.0
+    assert (inst.id, responder.name, PROMPT_VERSION, "likelihood") in cache._store
+
+
+def test_metrics_are_logged(responder, fever_train):
+    insts = fever_train[:2]
+    metrics = {}
+    reward = CounterfactualGainReward(responder)
+    reward(
+        prompts=[None] * 2, completions=["junk", good_state(insts[1])], log_metric=metrics.__setitem__, **columns(insts)
+    )
+    assert metrics["memstate/format_rate"] == 0.5
+    assert metrics["memstate/leak_rate"] == 0.0
+    assert metrics["memstate/responder_prompts"] == 1.0
+    assert 0.0 <= metrics["memstate/baseline_accuracy"] <= 1.0
+    assert "memstate/gain_mean" in metrics
+
+
+def test_missing_instance_columns_is_a_clear_error(responder):
+    reward = CounterfactualGainReward(responder)
+    with pytest.raises(KeyError, match="lack Instance field"):
+        reward(prompts=[None], completions=["- a b\n- c d"], question=["q"])
+
+
+def test_batched_scoring_matches_one_by_one(responder, fever_train):
+    insts = fever_train[:5]
+    batched = likelihood_judgements(responder, insts, [None] * 5)
+    single = [likelihood_judgements(responder, [i], [None])[0] for i in insts]
+    assert [b.score for b in batched] == pytest.approx([s.score for s in single], abs=1e-5)
+    assert [b.correct for b in batched] == [s.correct for s in single]
+    assert all(0.0 <= b.score <= 1.0 for b in batched)

@@ -1,0 +1,57 @@
+import math
+
+import pytest
+
+from reward.score import choice_score, continuation_probability, f1_score, label_score, option_probability
+
+
+@pytest.mark.parametrize(
+    ("solution", "truth", "expected"),
+    [
+        ("Supported", "supported", 1.0),
+        ("  not enough info. ", "not enough info", 1.0),
+        ("refuted", "supported", 0.0),
+        ("supported, probably", "supported", 0.0),
+    ],
+)
+def test_label_score(solution, truth, expected):
+    assert label_score(solution, truth) == expected
+
+
+@pytest.mark.parametrize(
+    ("solution", "truth", "expected"),
+    [
+        ("B", "B", 1.0),
+        ("(b)", "B", 1.0),
+        ("B. coffee", "B", 1.0),
+        ("A", "B", 0.0),
+        ("Coffee!", "B", 1.0),
+        ("juice", "B", 0.0),
+        ("", "B", 0.0),
+    ],
+)
+def test_choice_score(solution, truth, expected):
+    assert choice_score(solution, truth, ["tea", "coffee", "water"]) == expected
+
+
+def test_choice_text_matching_two_options_is_not_credited():
+    assert choice_score("tea", "A", ["tea", "Tea"]) == 0.0
+
+
+def test_f1_score():
+    assert f1_score("The Eiffel Tower", "eiffel tower") == 1.0
+    assert f1_score("Paris", "London") == 0.0
+    assert f1_score("Paris France", "Paris") == pytest.approx(2 / 3)
+
+
+def test_option_probability_is_renormalized_and_bounded():
+    lps = [math.log(0.01), math.log(0.03), math.log(0.01)]
+    assert option_probability(lps, 1) == pytest.approx(0.6)
+    assert sum(option_probability(lps, i) for i in range(3)) == pytest.approx(1.0)
+    # numerically stable for very negative log-probs
+    assert option_probability([-1000.0, -1001.0], 0) == pytest.approx(1 / (1 + math.exp(-1)))
+
+
+def test_continuation_probability_is_length_normalized():
+    assert continuation_probability(3 * math.log(0.5), 3) == pytest.approx(0.5)
+    assert continuation_probability(math.log(0.5), 1) == pytest.approx(0.5)

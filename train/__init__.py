@@ -1,0 +1,1 @@
+"""GRPO wiring: dataset to prompts, GRPOConfig from YAML, the training entry point."""

@@ -1,0 +1,152 @@
+"""``memstate train``: data → (format warm-up) → GRPO with the counterfactual reward → checkpoints → final model.
+
+Reads as a named pipeline; each stage is timed and the timings are written next to the model.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import time
+from contextlib import contextmanager
+from dataclasses import asdict
+from pathlib import Path
+
+from datasets import Dataset
+from transformers import AutoTokenizer, TrainerCallback
+from trl import GRPOConfig, GRPOTrainer
+
+from memstate.data import load_split, manifest_sha256
+from memstate.prompts import PROMPT_VERSION, policy_messages
+from memstate.responder import TransformersResponder
+from memstate.schema import Instance
+from reward.counterfactual import CounterfactualGainReward, RewardConfig
+from train.config import MemstateTrainArguments
+from train.warmup import format_warmup
+
+logger = logging.getLogger("memstate.train")
+
+METADATA_FILE = "memstate.json"
+
+
+class StageTimer:
+    def __init__(self) -> None:
+        self.seconds: dict[str, float] = {}
+
+    @contextmanager
+    def __call__(self, stage: str):
+        start = time.perf_counter()
+        logger.info("stage %s: start", stage)
+        yield
+        self.seconds[stage] = round(time.perf_counter() - start, 3)
+        logger.info("stage %s: %.1f s", stage, self.seconds[stage])
+
+
+def grpo_dataset(instances: list[Instance]) -> Dataset:
+    """Conversational prompts plus every Instance field as a column (TRL hands the columns to the reward)."""
+    return Dataset.from_list([{"prompt": policy_messages(i), **i.to_dict()} for i in instances])
+
+
+def run_metadata(script_args: MemstateTrainArguments, grpo_config: GRPOConfig) -> dict:
+    """What a checkpoint needs to be served and evaluated exactly as it was trained."""
+    return {
+        "prompt_version": PROMPT_VERSION,
+        "policy_model": script_args.policy_model,
+        "responder_model": script_args.responder_model,
+        "data_dir": script_args.data_dir,
+        "data_manifest_sha256": manifest_sha256(script_args.data_dir),
+        "memstate_args": asdict(script_args),
+        "grpo_config": grpo_config.to_dict(),
+    }
+
+
+class WriteMetadataCallback(TrainerCallback):
+    """Writes ``memstate.json`` into every checkpoint the trainer saves."""
+
+    def __init__(self, metadata: dict):
+        self.metadata = metadata
+
+    def on_save(self, args, state, control, **kwargs):
+        if state.is_world_process_zero:
+            ckpt = Path(args.output_dir) / f"checkpoint-{state.global_step}"
+            if ckpt.is_dir():
+                (ckpt / METADATA_FILE).write_text(json.dumps(self.metadata, indent=2, default=str))
+
+
+def latest_checkpoint(output_dir: str | Path) -> Path | None:
+    ckpts = [p for p in Path(output_dir).glob("checkpoint-*") if p.name.split("-")[-1].isdigit()]
+    return max(ckpts, key=lambda p: int(p.name.split("-")[-1]), default=None)
+
+
+def train(script_args: MemstateTrainArguments, grpo_config: GRPOConfig, *, resume: bool = False) -> Path:
+    """Run the whole training job; return the directory of the final model."""
+    os.environ.setdefault("WANDB_MODE", "offline")  # wandb logs locally unless the user configured a server
+    output_dir = Path(grpo_config.output_dir)
+    if resume and latest_checkpoint(output_dir) is None:
+        raise FileNotFoundError(f"--resume: no checkpoint-* directory in {output_dir} to resume from")
+    timers = StageTimer()
+
+    with timers("load_data"):
+        instances = load_split(script_args.data_dir, script_args.train_split)
+        if script_args.max_train_instances:
+            instances = instances[: script_args.max_train_instances]
+        logger.info("%d %s instances from %s", len(instances), script_args.train_split, script_args.data_dir)
+
+    policy = script_args.policy_model
+    if script_args.format_warmup_steps > 0:
+        warm_dir = output_dir / "format-warmup"
+        with timers("format_warmup"):
+            if resume and (warm_dir / "config.json").is_file():
+                logger.info("resume: reusing the warm-up model in %s", warm_dir)
+            else:
+                format_warmup(
+                    policy,
+                    instances,
+                    warm_dir,
+                    steps=script_args.format_warmup_steps,
+                    learning_rate=script_args.format_warmup_learning_rate,
+                    seed=grpo_config.seed,
+                    use_cpu=grpo_config.use_cpu,
+                )
+        policy = str(warm_dir)
+
+    with timers("load_responder"):
+        responder = TransformersResponder(
+            script_args.responder_model,
+            batch_size=script_args.responder_batch_size,
+            device="cpu" if grpo_config.use_cpu else "cuda",
+        )
+        reward = CounterfactualGainReward(
+            responder,
+            RewardConfig(
+                mode=script_args.reward_mode,
+                format_penalty=script_args.format_penalty,
+                leak_penalty=script_args.leak_penalty,
+            ),
+        )
+
+    metadata = run_metadata(script_args, grpo_config)
+    with timers("build_trainer"):
+        tokenizer = AutoTokenizer.from_pretrained(policy)
+        trainer = GRPOTrainer(
+            model=policy,
+            reward_funcs=[reward],
+            args=grpo_config,
+            train_dataset=grpo_dataset(instances),
+            processing_class=tokenizer,
+            callbacks=[WriteMetadataCallback(metadata)],
+        )
+
+    with timers("grpo"):
+        trainer.train(resume_from_checkpoint=True if resume else grpo_config.resume_from_checkpoint)
+
+    final_dir = output_dir / "final"
+    with timers("save_final"):
+        trainer.save_model(str(final_dir))
+        tokenizer.save_pretrained(final_dir)
+        (final_dir / METADATA_FILE).write_text(json.dumps(metadata, indent=2, default=str))
+    (output_dir / "timings.json").write_text(json.dumps(timers.seconds, indent=2))
+    (output_dir / "log_history.json").write_text(json.dumps(trainer.state.log_history, indent=2))
+    logger.info("final model in %s; stage timings %s", final_dir, timers.seconds)
+    return final_dir
