@@ -22,7 +22,8 @@ demo: setup
 	$(BIN)/memstate tiny-models --out runs/tiny-models
 	$(BIN)/memstate build-data --config configs/data/fever_fixture.yaml --out runs/data/fever_fixture
 	$(BIN)/memstate train --config configs/train/tiny_cpu.yaml
-	$(BIN)/memstate eval --checkpoint runs/train/tiny_cpu --split test
+	# Sampled as in training (T=1.0): under the serve default (T=0.3) the tiny policy degenerates ("the the the").
+	$(BIN)/memstate eval --checkpoint runs/train/tiny_cpu --split test --temperature 1.0
 
 test: setup
 	$(BIN)/python -m pytest

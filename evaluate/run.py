@@ -1,9 +1,10 @@
 """``memstate eval``: how much a checkpoint's reasoning states help the frozen responder on held-out instances.
 
 Two conditions, answered by the same responder in likelihood mode: **no state** (baseline) and **checkpoint**
-(the policy's greedy state). A state that fails ``parse_state`` cannot be used by a memory pipeline, so that
-instance is answered without rules; a state that leaks the answer is used as written (at deployment nobody
-knows the answer) and counted in the leak rate.
+(one state sampled from the policy at the serve API's temperature, 0.3 by default, seeded; tiny models
+degenerate under greedy decoding). A state that fails ``parse_state`` cannot be used by a memory pipeline, so
+that instance is answered without rules; a state that leaks the answer is used as written (at deployment
+nobody knows the answer) and counted in the leak rate.
 """
 
 from __future__ import annotations
@@ -36,7 +37,13 @@ class EvalConfig:
     data_dir: str | None = field(default=None, metadata={"help": "Dataset dir; default: the one it trained on."})
     responder_model: str | None = field(default=None, metadata={"help": "Responder; default: the training one."})
     out_dir: str | None = field(default=None, metadata={"help": "Report dir; default: CHECKPOINT/eval-SPLIT."})
-    max_new_tokens: int = field(default=128, metadata={"help": "Token limit of a generated state."})
+    max_new_tokens: int | None = field(
+        default=None, metadata={"help": "Token limit of a state; default: the checkpoint's max_completion_length."}
+    )
+    temperature: float = field(
+        default=0.3, metadata={"help": "Sampling temperature of the policy, as the serve API uses it; 0 = greedy."}
+    )
+    seed: int = field(default=0, metadata={"help": "Sampling seed (the same seed gives the same states)."})
     batch_size: int = field(default=16, metadata={"help": "Policy generation and responder batch size."})
     max_instances: int | None = field(default=None, metadata={"help": "Evaluate only the first N instances."})
 
@@ -51,19 +58,27 @@ def resolve_checkpoint(path: str | Path) -> Path:
 
 
 @torch.no_grad()
-def generate_states(checkpoint: Path, instances: list[Instance], max_new_tokens: int, batch_size: int) -> list[str]:
-    """Greedy policy outputs, one per instance (batched, left-padded)."""
+def generate_states(checkpoint: Path, instances: list[Instance], config: EvalConfig) -> list[str]:
+    """Policy outputs, one per instance (batched, left-padded, seeded)."""
     tokenizer = AutoTokenizer.from_pretrained(checkpoint)
     tokenizer.padding_side = "left"
     model = AutoModelForCausalLM.from_pretrained(checkpoint).eval()
     texts = []
-    for start in tqdm(range(0, len(instances), batch_size), desc="policy states", unit="batch"):
-        chunk = instances[start : start + batch_size]
+    torch.manual_seed(config.seed)
+    sampling = (
+        {"do_sample": True, "temperature": config.temperature, "top_k": 0}
+        if config.temperature > 0
+        else {"do_sample": False}
+    )
+    for start in tqdm(range(0, len(instances), config.batch_size), desc="policy states", unit="batch"):
+        chunk = instances[start : start + config.batch_size]
         prompts = [
             tokenizer.apply_chat_template(policy_messages(i), add_generation_prompt=True, tokenize=False) for i in chunk
         ]
         enc = tokenizer(prompts, return_tensors="pt", padding=True, add_special_tokens=False)
-        out = model.generate(**enc, max_new_tokens=max_new_tokens, do_sample=False, pad_token_id=tokenizer.pad_token_id)
+        out = model.generate(
+            **enc, max_new_tokens=config.max_new_tokens, pad_token_id=tokenizer.pad_token_id, **sampling
+        )
         texts += tokenizer.batch_decode(out[:, enc["input_ids"].shape[1] :], skip_special_tokens=True)
     return texts
 
@@ -81,10 +96,12 @@ def evaluate_checkpoint(config: EvalConfig) -> Path:
     responder_model = config.responder_model or meta.get("responder_model")
     if not data_dir or not responder_model:
         raise ValueError(f"{checkpoint}: no memstate.json naming data and responder; pass --data and --responder")
+    if config.max_new_tokens is None:
+        config.max_new_tokens = meta.get("grpo_config", {}).get("max_completion_length", 128)
     instances = load_split(data_dir, config.split)[: config.max_instances]
     logger.info("evaluating %s on %d %s instances", checkpoint, len(instances), config.split)
 
-    texts = generate_states(checkpoint, instances, config.max_new_tokens, config.batch_size)
+    texts = generate_states(checkpoint, instances, config)
     states = [parse_state(t) for t in texts]
     rules = [None if isinstance(s, FormatError) else s.rules for s in states]
     responder = TransformersResponder(responder_model, batch_size=config.batch_size)
@@ -117,6 +134,11 @@ def evaluate_checkpoint(config: EvalConfig) -> Path:
         "data_manifest_sha256": manifest_sha256(data_dir),
         "responder_model": str(responder_model),
         "score_mode": "likelihood",
+        "policy_sampling": {
+            "temperature": config.temperature,
+            "seed": config.seed,
+            "max_new_tokens": config.max_new_tokens,
+        },
         "metrics": summarize(records),
         "records": records,
     }

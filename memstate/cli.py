@@ -50,6 +50,8 @@ def _eval(args: argparse.Namespace) -> None:
             out_dir=args.out,
             max_new_tokens=args.max_new_tokens,
             max_instances=args.max_instances,
+            temperature=args.temperature,
+            seed=args.seed,
         )
     )
     print(f"report: {out / 'report.md'}")
@@ -83,8 +85,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--data", help="Dataset dir (default: the one the checkpoint was trained on).")
     p.add_argument("--responder", help="Responder model (default: the checkpoint's training responder).")
     p.add_argument("--out", help="Report dir (default: CHECKPOINT/eval-SPLIT).")
-    p.add_argument("--max-new-tokens", type=int, default=128, help="Token limit of a state (default 128).")
+    p.add_argument("--max-new-tokens", type=int, help="Token limit of a state (default: as in training).")
     p.add_argument("--max-instances", type=int, help="Evaluate only the first N instances.")
+    p.add_argument("--temperature", type=float, default=0.3, help="Policy sampling temperature; 0 = greedy.")
+    p.add_argument("--seed", type=int, default=0, help="Policy sampling seed (default 0).")
     return parser
 
 

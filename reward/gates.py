@@ -8,6 +8,11 @@ from memstate.schema import Instance
 from reward.score import normalize_text
 
 
+def _words(text: str) -> list[str]:
+    # Punctuation separates words here ("not-enough" → "not enough"), so hyphenation cannot hide a leak.
+    return normalize_text(re.sub(r"[^\w\s]", " ", text)).split()
+
+
 def _contains_span(haystack: list[str], needle: list[str]) -> bool:
     n = len(needle)
     return n > 0 and any(haystack[i : i + n] == needle for i in range(len(haystack) - n + 1))
@@ -27,9 +32,9 @@ def leaks_answer(state_text: str, instance: Instance) -> bool:
     >>> leaks_answer("- Trust the evidence F1 that refutes the belief.\\n- Ignore F2.", inst)
     False
     """
-    tokens = normalize_text(state_text).split()
+    tokens = _words(state_text)
     if instance.answer_kind == "free":
-        return _contains_span(tokens, normalize_text(instance.answer).split())
+        return _contains_span(tokens, _words(instance.answer))
     letter = instance.answer_letter
     # The bare letter is matched case-sensitively: "pick a rule" must not count as naming option A.
     letter_patterns = (
@@ -39,4 +44,4 @@ def leaks_answer(state_text: str, instance: Instance) -> bool:
     if any(re.search(p, state_text) for p in letter_patterns):
         return True
     correct_text = instance.candidates[ord(letter) - ord("A")]
-    return _contains_span(tokens, normalize_text(correct_text).split())
+    return _contains_span(tokens, _words(correct_text))
