@@ -1,115 +1,238 @@
-"""Build the Instance dataset: raw FEVER files → ``{split}.parquet`` + ``{split}.jsonl`` + ``manifest.json``."""
+"""Build the Instance dataset from raw FEVER / SciFact / PersonaMem files.
+
+Outputs in ``out_dir``: ``{split}.parquet`` and ``{split}.jsonl`` per split, the ``datasets.DatasetDict`` saved to
+disk under ``hf/``, a dataset card ``README.md`` with the counts, and ``manifest.json`` (inputs with sha256; counts
+per source, task, perspective and split; every skipped record with file, line/row and reason; per-file balance
+records read = used + skipped).
+"""
 
 from __future__ import annotations
 
-import hashlib
 import json
-from collections import Counter
+import logging
+from collections import Counter, defaultdict
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
 import yaml
-from datasets import Dataset, Features, List, Value
+from datasets import Dataset, DatasetDict, Features, List, Value, disable_progress_bars
 
-from data_build import fever
-from data_build.conflict import CONFLICT_PERSPECTIVES, conflict_instance
-from data_build.labels import normalize_label
+from data_build.conflict import CONFLICT_PERSPECTIVES, ClaimPool, InstanceOptions, claim_instances
+from data_build.records import EvidenceClaim, SkipLog, SourceRead
 from data_build.splits import DEFAULT_RATIOS, assign_splits, check_ratios
-from memstate.data import SPLITS  # noqa: E402
-from memstate.schema import Instance
+from memstate.data import SPLITS
+from memstate.schema import Instance, stable_id
 
+logger = logging.getLogger("memstate.data_build")
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
 
 
 @dataclass
-class DataConfig:
-    """What to build; read from YAML by ``load_data_config``."""
+class FeverConfig:
+    dir: str = field(metadata={"help": "Directory holding the FEVER claim files and wiki-pages/."})
+    claim_files: list[str] = field(default_factory=lambda: ["train.jsonl"], metadata={"help": "Claim files."})
+    max_claims: int | None = field(default=None, metadata={"help": "Stop reading after N usable claims."})
 
-    fever_dir: str = field(
-        metadata={
-            "help": "Directory holding the FEVER claim files and wiki-pages/. A relative path is taken from "
-            "the working directory if it exists there, else from the project root."
-        }
+
+@dataclass
+class SciFactConfig:
+    dir: str = field(metadata={"help": "Directory holding claims_*.jsonl and corpus.jsonl."})
+    claim_files: list[str] = field(
+        default_factory=lambda: ["claims_train.jsonl", "claims_dev.jsonl"], metadata={"help": "Claim files."}
     )
-    fever_claim_files: list[str] = field(
-        default_factory=lambda: ["train.jsonl"],
-        metadata={
-            "help": "Claim files inside fever_dir, read in this order (e.g. train.jsonl, shared_task_dev.jsonl)."
-        },
-    )
+    corpus_file: str = field(default="corpus.jsonl", metadata={"help": "The abstracts corpus."})
+    max_claims: int | None = field(default=None, metadata={"help": "Stop reading after N usable claims."})
+
+
+@dataclass
+class PersonaMemConfig:
+    dir: str = field(metadata={"help": "Directory holding questions_*.csv and shared_contexts_*.jsonl."})
+    questions_file: str = field(default="questions_32k.csv", metadata={"help": "Questions CSV."})
+    contexts_file: str = field(default="shared_contexts_32k.jsonl", metadata={"help": "Shared contexts JSONL."})
+    max_questions: int | None = field(default=None, metadata={"help": "Stop reading after N usable questions."})
+    max_facts: int = field(default=12, metadata={"help": "Most relevant user turns kept as facts."})
+    latest_mentions: int = field(default=2, metadata={"help": "Most recent user turns always kept."})
+
+
+@dataclass
+class DataConfig:
+    """What to build; read from YAML by ``load_data_config``. A source whose section is absent is not built."""
+
+    fever: FeverConfig | None = field(default=None, metadata={"help": "FEVER 1.0 inputs."})
+    scifact: SciFactConfig | None = field(default=None, metadata={"help": "SciFact inputs."})
+    personamem: PersonaMemConfig | None = field(default=None, metadata={"help": "PersonaMem inputs."})
     perspectives: list[str] = field(
         default_factory=lambda: list(CONFLICT_PERSPECTIVES),
         metadata={"help": "Perspectives of the injected user memory; one instance per claim and perspective."},
     )
-    max_claims: int | None = field(
-        default=None,
+    consistent_share: float = field(
+        default=0.25, metadata={"help": "Share of claim × perspective pairs whose user memory agrees (controls)."}
+    )
+    distractors: list[int] = field(default_factory=lambda: [2, 4], metadata={"help": "Min and max distractors."})
+    caps: dict[str, int] = field(
+        default_factory=dict,
         metadata={
-            "help": "Stop reading claim files once this many well-formed verifiable claims are selected "
-            "(None: read everything)."
+            "help": "Instance caps keyed 'source', 'source/task' or 'source/task/perspective' (e.g. fever: 40000, "
+            "fever/evidence_consistent: 8000); instances over a cap are dropped in a seeded order and counted."
         },
     )
     split_ratios: dict[str, float] = field(
         default_factory=lambda: dict(DEFAULT_RATIOS),
-        metadata={"help": "Fraction of claim groups per split; keys train, validation, test; must sum to 1."},
+        metadata={"help": "Fraction of groups per split; keys train, validation, test; must sum to 1."},
     )
-    seed: int = field(default=0, metadata={"help": "Seed of the group → split assignment."})
-    progress: bool = field(default=True, metadata={"help": "Show a progress bar while scanning wiki-pages."})
+    seed: int = field(default=0, metadata={"help": "Seed of templates, controls, distractors, caps and splits."})
+    skip_invalid: bool = field(
+        default=False, metadata={"help": "Skip structurally invalid records (listed) instead of stopping."}
+    )
+    progress: bool = field(default=True, metadata={"help": "Show progress bars."})
 
     def __post_init__(self) -> None:
-        if not isinstance(self.fever_dir, str) or not self.fever_dir:
-            raise ValueError(f"DataConfig.fever_dir must be a non-empty path, got {self.fever_dir!r}")
-        if isinstance(self.fever_claim_files, str) or not self.fever_claim_files:
-            raise ValueError(f"DataConfig.fever_claim_files must be a non-empty list, got {self.fever_claim_files!r}")
-        if len(set(self.fever_claim_files)) != len(self.fever_claim_files):
-            raise ValueError(f"DataConfig.fever_claim_files lists a file twice: {self.fever_claim_files!r}")
+        if not (self.fever or self.scifact or self.personamem):
+            raise ValueError("DataConfig names no source: give at least one of fever, scifact, personamem")
         bad = [p for p in self.perspectives if p not in CONFLICT_PERSPECTIVES]
         if bad or not self.perspectives or len(set(self.perspectives)) != len(self.perspectives):
-            raise ValueError(
-                f"DataConfig.perspectives must be distinct values from {list(CONFLICT_PERSPECTIVES)}, "
-                f"got {self.perspectives!r}"
-            )
-        if self.max_claims is not None and (not isinstance(self.max_claims, int) or self.max_claims < 1):
-            raise ValueError(f"DataConfig.max_claims must be a positive integer or null, got {self.max_claims!r}")
+            raise ValueError(f"perspectives must be distinct values from {list(CONFLICT_PERSPECTIVES)}")
+        if not 0.0 <= self.consistent_share < 1.0:
+            raise ValueError(f"consistent_share must be in [0, 1), got {self.consistent_share}")
+        if len(self.distractors) != 2 or not 0 <= self.distractors[0] <= self.distractors[1]:
+            raise ValueError(f"distractors must be [min, max] with 0 ≤ min ≤ max, got {self.distractors}")
         if set(self.split_ratios) != set(SPLITS):
-            raise ValueError(
-                f"DataConfig.split_ratios must have exactly the keys {list(SPLITS)}, got {sorted(self.split_ratios)}"
-            )
+            raise ValueError(f"split_ratios must have exactly the keys {list(SPLITS)}, got {sorted(self.split_ratios)}")
         check_ratios(self.split_ratios)
+        for key, cap in self.caps.items():
+            if len(key.split("/")) > 3 or not isinstance(cap, int) or cap < 0:
+                raise ValueError(f"caps[{key!r}] must be a 'source[/task[/perspective]]' key with a count ≥ 0")
 
 
-def load_data_config(path: str | Path) -> DataConfig:
+SECTIONS = {"fever": FeverConfig, "scifact": SciFactConfig, "personamem": PersonaMemConfig}
+
+
+def _dataclass_from(cls: type, data: object, where: str):
+    if not isinstance(data, dict):
+        raise ValueError(f"{where}: expected a mapping, got {type(data).__name__}")
+    known = {f.name for f in fields(cls)}
+    unknown = sorted(set(data) - known)
+    if unknown:
+        raise ValueError(f"{where}: unknown key(s) {unknown}; known keys are {sorted(known)}")
+    try:
+        return cls(**data)
+    except TypeError as e:  # a missing required key
+        raise ValueError(f"{where}: {e}") from None
+
+
+def load_data_config(path: str | Path, **overrides) -> DataConfig:
     """Read a DataConfig from YAML; unknown or missing keys are errors that name them."""
     path = Path(path)
     data = yaml.safe_load(path.read_text(encoding="utf-8"))
     if not isinstance(data, dict):
         raise ValueError(f"{path}: expected a mapping of DataConfig fields, got {type(data).__name__}")
-    known = {f.name for f in fields(DataConfig)}
-    unknown = sorted(set(data) - known)
-    if unknown:
-        raise ValueError(f"{path}: unknown DataConfig key(s) {unknown}; known keys are {sorted(known)}")
-    if "fever_dir" not in data:
-        raise ValueError(f"{path}: missing required key 'fever_dir'")
+    data = {**data, **overrides}
+    for name, cls in SECTIONS.items():
+        if data.get(name) is not None:
+            data[name] = _dataclass_from(cls, data[name], f"{path}: {name}")
     try:
-        return DataConfig(**data)
+        return _dataclass_from(DataConfig, data, str(path))
     except ValueError as e:
-        raise ValueError(f"{path}: {e}") from None
+        raise ValueError(f"{path}: {e}" if not str(e).startswith(str(path)) else str(e)) from None
 
 
 def resolve_path(path: str | Path) -> Path:
-    """An input path: absolute as is; relative from the working directory if it exists there, else the project."""
+    """An input dir: absolute as is; relative from the working directory if it exists there, else the project."""
     p = Path(path)
     if p.is_absolute() or p.exists():
         return p
     return PROJECT_ROOT / p
 
 
-def file_digest(path: Path) -> tuple[str, int]:
-    """(sha256 hex, size in bytes) of a file, read in chunks."""
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest(), path.stat().st_size
+def _input_dir(path: str, name: str) -> Path:
+    resolved = resolve_path(path)
+    if not resolved.is_dir():
+        raise FileNotFoundError(f"{name} directory not found: {path} (looked at {resolved})")
+    return resolved
+
+
+def read_sources(config: DataConfig, log: SkipLog) -> list[SourceRead]:
+    reads = []
+    if config.fever:
+        from data_build.fever import read_fever
+
+        c = config.fever
+        reads.append(
+            read_fever(
+                _input_dir(c.dir, "FEVER"), c.claim_files, log, max_claims=c.max_claims, progress=config.progress
+            )
+        )
+    if config.scifact:
+        from data_build.scifact import read_scifact
+
+        c = config.scifact
+        reads.append(
+            read_scifact(
+                _input_dir(c.dir, "SciFact"), c.claim_files, log, corpus_file=c.corpus_file, max_claims=c.max_claims
+            )
+        )
+    if config.personamem:
+        from data_build.personamem import read_personamem
+
+        c = config.personamem
+        reads.append(
+            read_personamem(
+                _input_dir(c.dir, "PersonaMem"),
+                c.questions_file,
+                c.contexts_file,
+                log,
+                max_questions=c.max_questions,
+                max_facts=c.max_facts,
+                latest_mentions=c.latest_mentions,
+                distractors=tuple(config.distractors),
+                seed=config.seed,
+            )
+        )
+    return reads
+
+
+def make_instances(reads: list[SourceRead], config: DataConfig) -> tuple[list[Instance], dict[str, str]]:
+    """Instances of every source and the split of every group. Claims are split before instances are made, so
+    distractors and NEI evidence are drawn from the claim's own split."""
+    groups = [c.group for r in reads for c in r.items if isinstance(c, EvidenceClaim)]
+    groups += [i.meta["group"] for r in reads for i in r.items if isinstance(i, Instance)]
+    split_of = assign_splits(groups, config.split_ratios, config.seed)
+    options = InstanceOptions(
+        perspectives=tuple(config.perspectives),
+        consistent_share=config.consistent_share,
+        distractors=(config.distractors[0], config.distractors[1]),
+        seed=config.seed,
+    )
+    instances: list[Instance] = []
+    for read in reads:
+        claims = [c for c in read.items if isinstance(c, EvidenceClaim)]
+        instances += [i for i in read.items if isinstance(i, Instance)]
+        pools = defaultdict(list)
+        for c in claims:
+            pools[split_of[c.group]].append(c)
+        pools = {split: ClaimPool(cs) for split, cs in pools.items()}
+        for c in claims:
+            instances += claim_instances(c, pools[split_of[c.group]], options)
+    return instances, split_of
+
+
+def apply_caps(instances: list[Instance], caps: dict[str, int], seed: int) -> tuple[list[Instance], dict[str, int]]:
+    """Drop instances over each cap, in a seeded order; returns the kept ones and the drops per cap key."""
+    if not caps:
+        return instances, {}
+    order = sorted(instances, key=lambda i: stable_id("cap", seed, i.id))
+    counts: Counter = Counter()
+    dropped: Counter = Counter()
+    kept_ids = set()
+    for inst in order:
+        keys = (inst.source, f"{inst.source}/{inst.task}", f"{inst.source}/{inst.task}/{inst.perspective}")
+        over = [k for k in keys if k in caps and counts[k] >= caps[k]]
+        if over:
+            dropped[over[0]] += 1
+            continue
+        counts.update(keys)
+        kept_ids.add(inst.id)
+    return [i for i in instances if i.id in kept_ids], dict(dropped)
 
 
 _FACT = {
@@ -146,116 +269,114 @@ def _features(rows: list[dict]) -> Features:
     )
 
 
-def fever_instances(resolved: list[fever.ResolvedClaim], perspectives: list[str]) -> list[Instance]:
-    """One conflict instance per resolved claim and perspective, in claim order."""
-    out = []
-    for rc in resolved:
-        rec = rc.record
-        meta = {
-            "source_file": rec.rel_file,
-            "line": rec.line,
-            "claim_id": rec.claim_id,
-            "group": f"fever:{rec.claim_id}",
-            "evidence_set": rc.evidence_set,
-            "evidence_pages": [e.page for e in rc.evidence],
-            "evidence_sentences": [e.sentence for e in rc.evidence],
-            "source_label": rec.label,
-        }
-        for perspective in perspectives:
-            out.append(
-                conflict_instance(
-                    source="fever",
-                    claim_id=rec.claim_id,
-                    claim=rec.claim,
-                    answer=normalize_label(rec.label),
-                    evidence=[e.fact_text for e in rc.evidence],
-                    perspective=perspective,
-                    meta=meta,
-                )
-            )
-    return out
+def _balance(reads: list[SourceRead], log: SkipLog) -> dict[str, dict[str, int]]:
+    """Per input file: records read = used + skipped, or a RuntimeError (a reader lost a record)."""
+    skipped = Counter(s.file for s in log.records)
+    table = {}
+    for read in reads:
+        for f, n_in in read.records_in.items():
+            row = {"read": n_in, "used": read.records_used.get(f, 0), "skipped": skipped[f]}
+            if row["read"] != row["used"] + row["skipped"]:
+                raise RuntimeError(f"record accounting broken for {f}: {row}")
+            table[f] = row
+    unknown = set(skipped) - set(table)
+    if unknown:
+        raise RuntimeError(f"skipped records in files no reader counted: {sorted(unknown)}")
+    return table
+
+
+def _counts(instances: list[Instance], split_of: dict[str, str]) -> dict:
+    def by(key) -> dict:
+        return dict(sorted(Counter(key(i) for i in instances).items()))
+
+    return {
+        "source": by(lambda i: i.source),
+        "task": by(lambda i: i.task),
+        "perspective": by(lambda i: i.perspective),
+        "split": {s: sum(1 for i in instances if split_of[i.meta["group"]] == s) for s in SPLITS},
+        "source/task/perspective": by(lambda i: f"{i.source}/{i.task}/{i.perspective}"),
+        "split/source": by(lambda i: f"{split_of[i.meta['group']]}/{i.source}"),
+        "answer": by(lambda i: f"{i.source}/{i.answer}"),
+        "groups_per_split": dict(Counter(split_of[g] for g in {i.meta["group"] for i in instances})),
+        "relations": by_relation(instances),
+    }
+
+
+def by_relation(instances: list[Instance]) -> dict[str, int]:
+    return dict(sorted(Counter(r.type for i in instances for r in i.relations).items()))
 
 
 def build_data(config: DataConfig, out_dir: str | Path) -> dict:
     """Build the dataset described by ``config`` into ``out_dir``; returns the manifest (also written)."""
     out_dir = Path(out_dir)
-    fever_dir = resolve_path(config.fever_dir).resolve()
-    if not fever_dir.is_dir():
-        raise FileNotFoundError(f"FEVER directory not found: {config.fever_dir} (looked at {fever_dir})")
-
-    claims = fever.read_claims(fever_dir, config.fever_claim_files, config.max_claims)
-    cited = set().union(*(c.pages for c in claims.claims))
-    wiki = fever.scan_wiki(fever_dir / "wiki-pages", cited, progress=config.progress)
-    resolved, unresolved = fever.resolve_claims(claims.claims, wiki.pages)
-    skipped = sorted(claims.skipped + unresolved, key=lambda s: (claims.files.index(Path(s.file)), s.line))
-
-    records_in = sum(claims.records_in.values())
-    if records_in != len(resolved) + len(skipped):
-        raise RuntimeError(
-            f"record accounting broken: {records_in} read != {len(resolved)} used + {len(skipped)} skipped"
-        )
-    instances = fever_instances(resolved, config.perspectives)
+    if not config.progress:
+        disable_progress_bars()
+    log = SkipLog(skip_invalid=config.skip_invalid)
+    reads = read_sources(config, log)
+    balance = _balance(reads, log)
+    instances, split_of = make_instances(reads, config)
+    instances, capped = apply_caps(instances, config.caps, config.seed)
     if not instances:
-        kinds = Counter(s.kind for s in skipped)
-        raise ValueError(
-            f"no usable claims in {[str(p) for p in claims.files]}: {records_in} records read, "
-            f"skipped by kind {dict(kinds)}"
-        )
+        raise ValueError(f"no instances built; skipped by kind {dict(Counter(s.kind for s in log.records))}")
+    logger.info("%d instances from %s", len(instances), [r.source for r in reads])
 
-    split_of_group = assign_splits((i.meta["group"] for i in instances), config.split_ratios, config.seed)
     rows = [i.to_dict() for i in instances]
-    dataset = Dataset.from_list(rows, features=_features(rows))
+    features = _features(rows)
     out_dir.mkdir(parents=True, exist_ok=True)
-    outputs = {}
+    parts = {}
     for split in SPLITS:
-        part = dataset.select([n for n, i in enumerate(instances) if split_of_group[i.meta["group"]] == split])
-        part.to_parquet(str(out_dir / f"{split}.parquet"))
-        # JSONL written from the same rows with json.dumps: pandas' to_json (behind Dataset.to_json) escapes "/".
+        split_rows = [r for r in rows if split_of[r["meta"]["group"]] == split]
+        parts[split] = Dataset.from_list(split_rows, features=features)
+        parts[split].to_parquet(str(out_dir / f"{split}.parquet"))
+        # json.dumps rather than Dataset.to_json, which escapes "/" (pandas).
         with open(out_dir / f"{split}.jsonl", "w", encoding="utf-8") as f:
-            for row in part:
+            for row in split_rows:
                 f.write(json.dumps(row, ensure_ascii=False) + "\n")
-        outputs[split] = {"parquet": f"{split}.parquet", "jsonl": f"{split}.jsonl", "rows": len(part)}
+    DatasetDict(parts).save_to_disk(str(out_dir / "hf"))
 
-    inputs = [
-        {"path": str(p), "sha256": d[0], "size": d[1], "kind": "fever_claims"}
-        for p, d in ((p, file_digest(p)) for p in claims.files)
-    ]
-    inputs += [{"path": p, "sha256": d[0], "size": d[1], "kind": "fever_wiki_pages"} for p, d in wiki.digests.items()]
-    answers_per_split = {s: Counter() for s in SPLITS}
-    for inst in instances:
-        answers_per_split[split_of_group[inst.meta["group"]]][inst.answer] += 1
+    skipped = sorted(log.records, key=lambda s: (s.file, s.line))
     manifest = {
         "builder": "data_build.build",
         "config": asdict(config),
-        "fever_dir": str(fever_dir),
-        "inputs": inputs,
-        "records_in": records_in,
-        "records_used": len(resolved),
-        "records_skipped": len(skipped),
-        "records_in_per_file": claims.records_in,
+        "inputs": [inp for r in reads for inp in r.inputs],
+        "records": {
+            "read": sum(b["read"] for b in balance.values()),
+            "used": sum(b["used"] for b in balance.values()),
+            "skipped": len(skipped),
+            "per_file": balance,
+        },
         "instances_out": len(instances),
-        "counts": {
-            "source": dict(Counter(i.source for i in instances)),
-            "task": dict(Counter(i.task for i in instances)),
-            "perspective": dict(Counter(i.perspective for i in instances)),
-            "split": {s: outputs[s]["rows"] for s in SPLITS},
-            "answer": dict(Counter(i.answer for i in instances)),
-            "groups_per_split": {s: sum(1 for v in split_of_group.values() if v == s) for s in SPLITS},
-            "split_by_answer": {s: dict(answers_per_split[s]) for s in SPLITS},
-        },
-        "wiki": {
-            "files": len(wiki.files),
-            "pages_scanned": wiki.pages_scanned,
-            "pages_cited": len(cited),
-            "pages_kept": len(wiki.pages),
-            "pages_missing": sorted(cited - set(wiki.pages)),
-            "problems": wiki.problems,
-        },
-        "skipped_by_kind": dict(Counter(s.kind for s in skipped)),
+        "instances_capped": capped,
+        "counts": _counts(instances, split_of),
+        "source_stats": {r.source: r.stats for r in reads},
+        "stopped_early": {r.source: r.stopped_at for r in reads if r.stopped_at},
+        "skipped_by_kind": dict(sorted(Counter(s.kind for s in skipped).items())),
         "skipped": [s.to_dict() for s in skipped],
-        "outputs": outputs,
     }
-    if claims.stopped_at:
-        manifest["stopped_at"] = claims.stopped_at
     (out_dir / "manifest.json").write_text(json.dumps(manifest, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    (out_dir / "README.md").write_text(dataset_card(manifest), encoding="utf-8")
     return manifest
+
+
+def dataset_card(manifest: dict) -> str:
+    counts = manifest["counts"]
+    lines = [
+        "# memstate Instance dataset",
+        "",
+        "Conflicting-memory QA instances built by `memstate build-data` (schema: DESIGN.md, `memstate.schema`).",
+        f"{manifest['instances_out']} instances; {manifest['records']['read']} source records read, "
+        f"{manifest['records']['used']} used, {manifest['records']['skipped']} skipped (see manifest.json).",
+        "",
+        "| split | " + " | ".join(SPLITS) + " |",
+        "|---" * (len(SPLITS) + 1) + "|",
+        "| instances | " + " | ".join(str(counts["split"][s]) for s in SPLITS) + " |",
+        "",
+        "| source/task/perspective | instances |",
+        "|---|---|",
+        *(f"| {k} | {v} |" for k, v in counts["source/task/perspective"].items()),
+        "",
+        "Inputs:",
+        "",
+        *(f"- `{i['path']}` ({i['size']} bytes, sha256 `{i['sha256']}`)" for i in manifest["inputs"]),
+    ]
+    return "\n".join(lines) + "\n"

@@ -1,4 +1,17 @@
-"""Conflict injection: pair a claim's evidence with a user memory that asserts the opposite label."""
+"""Objective instances (FEVER, SciFact): a claim's evidence plus an injected user memory, and distractors.
+
+- **Conflict** (``evidence_conflict``): the user memory asserts the stance the evidence does not support, from one
+  of three perspectives (belief, identity, expertise); it CONFLICTS_WITH every evidence fact; y* follows the evidence.
+- **Consistent control** (``evidence_consistent``, a configurable share of claim × perspective pairs): the user
+  memory agrees with the evidence, which SUPPORTS it, so the policy cannot learn "always distrust the user".
+- **NOT ENOUGH INFO** claims (no deciding evidence): the user asserts "true" or "false" (seeded), the facts are what
+  was retrieved for the claim but does not decide it (SciFact: the cited abstracts' first sentences; FEVER, whose
+  NEI claims cite nothing: evidence sentences of other claims of the same split, as a retriever would return),
+  and y* is "not enough info". No relation: nothing shown decides the claim either way. Always a conflict.
+- **Distractors**: 2–4 memories from the same scenario but another topic — other claims' evidence sentences and
+  user memories, drawn from the same split so no text crosses a split boundary.
+Fact order is shuffled per instance (seeded), so a fact's position never reveals its role.
+"""
 
 from __future__ import annotations
 
@@ -7,6 +20,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from data_build.labels import LABELS, claim_question, opposite_label
+from data_build.records import EvidenceClaim
 from memstate.schema import Fact, Instance, Relation, stable_id
 
 CONFLICT_PERSPECTIVES: tuple[str, ...] = ("belief", "identity", "expertise")
@@ -15,105 +29,184 @@ CONFLICT_PERSPECTIVES: tuple[str, ...] = ("belief", "identity", "expertise")
 # an expertise claim rests on the user's professional experience.
 PERSPECTIVE_KINDS = {"belief": "belief", "identity": "fact", "expertise": "experience"}
 
-
-@dataclass(frozen=True)
-class Template:
-    """A user-memory template; ``{claim}`` is the quoted claim, ``{verdict}`` the true/false word."""
-
-    text: str
-    true_word: str
-    false_word: str
-
-    def render(self, claim: str, claim_is_true: bool) -> str:
-        return self.text.format(claim=claim, verdict=self.true_word if claim_is_true else self.false_word)
-
-
-TEMPLATES: dict[str, tuple[Template, ...]] = {
+# {claim} is the quoted claim, {verdict} "true"/"false" (or the template's own pair of words).
+TEMPLATES: dict[str, tuple[tuple[str, str, str], ...]] = {
     "belief": (
-        Template('I\'m convinced that the statement "{claim}" is {verdict}.', "true", "false"),
-        Template('I\'m convinced that "{claim}" is {verdict}; I have believed this for years.', "correct", "wrong"),
+        ('I\'m convinced that the statement "{claim}" is {verdict}.', "true", "false"),
+        ('I\'m convinced that "{claim}" is {verdict}; I have believed this for years.', "correct", "wrong"),
+        ('I firmly believe that "{claim}" is {verdict}, whatever anyone says.', "true", "false"),
+        ('Honestly, I have no doubt that "{claim}" is {verdict}.', "true", "false"),
+        ('I\'ve always been sure that "{claim}" is {verdict}.', "correct", "wrong"),
+        ('Deep down I know that "{claim}" is {verdict}.', "true", "false"),
+        ('My view, and I hold it strongly: "{claim}" is {verdict}.', "correct", "mistaken"),
+        ('I\'m certain "{claim}" is {verdict} — I would bet on it.', "true", "false"),
     ),
     "identity": (
-        Template(
-            'As someone who grew up surrounded by this subject, I know that "{claim}" is {verdict}.', "true", "false"
+        (
+            'As someone who grew up surrounded by this subject, I\'ve always held that "{claim}" is {verdict}.',
+            "true",
+            "false",
         ),
-        Template(
-            "People like me, from a community that takes pride in knowing this topic, all know that "
-            '"{claim}" is {verdict}.',
+        (
+            'People like me, from a community that takes pride in knowing this topic, all know that "{claim}" is '
+            "{verdict}.",
+            "correct",
+            "wrong",
+        ),
+        ('As a lifelong enthusiast of this topic, I\'ve always held that "{claim}" is {verdict}.', "true", "false"),
+        ('Where I come from, everyone knows that "{claim}" is {verdict}.', "true", "false"),
+        ('As a proud local, I\'ve always held that "{claim}" is {verdict}.', "correct", "wrong"),
+        ('In my family we have always said that "{claim}" is {verdict}, and I still hold to it.', "true", "false"),
+        ('As a devoted fan who has followed this for decades, I know "{claim}" is {verdict}.', "true", "false"),
+        (
+            'Being part of the community this is about, I\'ve always held that "{claim}" is {verdict}.',
             "correct",
             "wrong",
         ),
     ),
     "expertise": (
-        Template(
-            "As a researcher who has studied this topic professionally for over twenty years, I can tell you "
-            'that "{claim}" is {verdict}.',
+        (
+            "As a researcher who has studied this topic professionally for over twenty years, I can tell you that "
+            '"{claim}" is {verdict}.',
             "true",
             "false",
         ),
-        Template(
+        (
             'I\'m a specialist in this field, and in my professional experience "{claim}" is {verdict}.',
             "correct",
             "wrong",
         ),
+        ('I\'ve worked in this field for years and I know that "{claim}" is {verdict}.', "true", "false"),
+        ('As a professional who deals with this every day, I know "{claim}" is {verdict}.', "true", "false"),
+        ('I teach this subject at university, and "{claim}" is {verdict}.', "correct", "wrong"),
+        ('I\'ve published on exactly this question: "{claim}" is {verdict}.', "true", "false"),
+        ('With my professional training, I can say with authority that "{claim}" is {verdict}.', "true", "false"),
+        ('I\'ve spent my career on this topic, and I know for a fact that "{claim}" is {verdict}.', "correct", "wrong"),
     ),
 }
 
 
-def choose_template(source: str, claim_id: object, perspective: str) -> Template:
-    """The template for a claim, picked by a hash of its id (stable across runs and machines)."""
-    options = TEMPLATES[perspective]
-    return options[int(stable_id("template", source, claim_id, perspective), 16) % len(options)]
+@dataclass(frozen=True)
+class InstanceOptions:
+    """How claims become instances (from the data config)."""
+
+    perspectives: tuple[str, ...] = CONFLICT_PERSPECTIVES
+    consistent_share: float = 0.25
+    distractors: tuple[int, int] = (2, 4)
+    seed: int = 0
 
 
-def user_memory_text(source: str, claim_id: object, claim: str, perspective: str, user_label: str) -> str:
+def _unit(*parts: object) -> float:
+    """A stable pseudo-random number in [0, 1) from the parts."""
+    return int(stable_id(*parts), 16) / 16**16
+
+
+def user_memory_text(source: str, claim_id: str, claim: str, perspective: str, user_label: str, seed: int) -> str:
     """The user's memory asserting ``user_label`` ("supported": the claim is true, "refuted": it is false)."""
+    options = TEMPLATES[perspective]
+    text, true_word, false_word = options[int(_unit("template", seed, source, claim_id, perspective) * len(options))]
     # Quote the claim without its final period, and keep inner quotes from closing ours.
     quoted = claim.strip().rstrip(".").replace('"', "'")
-    return choose_template(source, claim_id, perspective).render(quoted, claim_is_true=user_label == "supported")
+    return text.format(claim=quoted, verdict=true_word if user_label == "supported" else false_word)
 
 
-def conflict_instance(
-    *,
-    source: str,
-    claim_id: object,
-    claim: str,
-    answer: str,
-    evidence: Sequence[str],
-    perspective: str,
-    meta: dict,
-) -> Instance:
-    """One evidence_conflict instance: the evidence facts (role gold) plus a user memory (role conflict)
-    that asserts the opposite of ``answer`` and CONFLICTS_WITH every evidence fact."""
-    if perspective not in CONFLICT_PERSPECTIVES:
-        raise ValueError(f"perspective {perspective!r} is not one of {list(CONFLICT_PERSPECTIVES)}")
-    if not evidence:
-        raise ValueError(f"claim {claim_id!r}: a conflict instance needs at least one evidence sentence")
-    user_label = opposite_label(answer)
-    instance_id = stable_id(source, claim_id, perspective)
-    items = [("gold", "evidence", text) for text in evidence]
-    items.append(
-        ("conflict", PERSPECTIVE_KINDS[perspective], user_memory_text(source, claim_id, claim, perspective, user_label))
-    )
-    # Shuffle so a fact's position never reveals its role; seeded by the instance id, so builds are reproducible.
-    random.Random(int(instance_id, 16)).shuffle(items)
-    facts = tuple(
-        Fact(id=f"F{i}", text=text, kind=kind, scope="global", role=role)
-        for i, (role, kind, text) in enumerate(items, 1)
-    )
-    user_id = next(f.id for f in facts if f.role == "conflict")
-    relations = tuple(Relation(src=user_id, type="CONFLICTS_WITH", dst=f.id) for f in facts if f.role == "gold")
-    return Instance(
-        id=instance_id,
-        source=source,
-        task="evidence_conflict",
-        perspective=perspective,
-        question=claim_question(claim),
-        options=(),
-        answer=answer,
-        answer_kind="label",
-        labels=LABELS,
-        facts=facts,
-        relations=relations,
-        meta={**meta, "user_label": user_label},
-    )
+class ClaimPool:
+    """The claims of one source and split, to draw distractors and NEI evidence from (O(k) per draw)."""
+
+    def __init__(self, claims: Sequence[EvidenceClaim]):
+        self.claims = list(claims)
+        self.with_evidence = [c for c in self.claims if c.evidence]
+
+    def sample(
+        self, rng: random.Random, k: int, exclude_group: str, *, evidence_only: bool = False
+    ) -> list[EvidenceClaim]:
+        """Up to ``k`` claims of distinct groups other than ``exclude_group``."""
+        source = self.with_evidence if evidence_only else self.claims
+        picked: dict[str, EvidenceClaim] = {}
+        for _ in range(20 * k + 20):  # rejection sampling; bounded so a tiny pool cannot loop forever
+            if len(picked) == k or not source:
+                break
+            c = source[rng.randrange(len(source))]
+            if c.group != exclude_group:
+                picked.setdefault(c.group, c)
+        return list(picked.values())
+
+
+def claim_instances(claim: EvidenceClaim, pool: ClaimPool, options: InstanceOptions) -> list[Instance]:
+    """One instance per perspective for ``claim``; ``pool`` holds the claims of its source and split
+    (for distractors and FEVER's NEI evidence)."""
+    out = []
+    for perspective in options.perspectives:
+        nei = claim.label == "not enough info"
+        consistent = not nei and _unit("consistent", options.seed, claim.group, perspective) < options.consistent_share
+        if nei:
+            user_label = "supported" if _unit("nei-stance", options.seed, claim.group, perspective) < 0.5 else "refuted"
+        else:
+            user_label = claim.label if consistent else opposite_label(claim.label)
+        task = "evidence_consistent" if consistent else "evidence_conflict"
+        instance_id = stable_id(claim.source, claim.claim_id, perspective, task)
+        rng = random.Random(int(instance_id, 16) ^ options.seed)
+        user_text = user_memory_text(claim.source, claim.claim_id, claim.claim, perspective, user_label, options.seed)
+        items = [("gold", "evidence", t) for t in claim.evidence]
+        if nei:
+            context = list(claim.context) or [
+                rng.choice(c.evidence) for c in pool.sample(rng, 2, claim.group, evidence_only=True)
+            ]
+            if not context:
+                raise ValueError(f"{claim.group}: NOT ENOUGH INFO claim with no context and no other evidence to show")
+            items += [("support", "evidence", t) for t in context]
+        items.append(("conflict" if not consistent else "support", PERSPECTIVE_KINDS[perspective], user_text))
+        texts = {t for _, _, t in items}  # FEVER claims share pages: never repeat a fact as its own distractor
+        items += [("distractor", k, t) for k, t in _distractors(claim, pool, rng, options) if t not in texts]
+        rng.shuffle(items)
+        facts = tuple(
+            Fact(id=f"F{i}", text=text, kind=kind, scope="global", role=role)
+            for i, (role, kind, text) in enumerate(items, 1)
+        )
+        user_id = next(f.id for f in facts if f.text == user_text)
+        gold = [f.id for f in facts if f.role == "gold"]
+        if consistent:
+            relations = tuple(Relation(src=g, type="SUPPORTS", dst=user_id) for g in gold)
+        else:
+            relations = tuple(Relation(src=user_id, type="CONFLICTS_WITH", dst=g) for g in gold)
+        out.append(
+            Instance(
+                id=instance_id,
+                source=claim.source,
+                task=task,
+                perspective=perspective,
+                question=claim_question(claim.claim),
+                options=(),
+                answer=claim.label,
+                answer_kind="label",
+                labels=LABELS,
+                facts=facts,
+                relations=relations,
+                meta={
+                    "source_file": claim.file,
+                    "line": claim.line,
+                    "claim_id": claim.claim_id,
+                    "group": claim.group,
+                    "user_label": user_label,
+                    **claim.meta,
+                },
+            )
+        )
+    return out
+
+
+def _distractors(
+    claim: EvidenceClaim, pool: ClaimPool, rng: random.Random, options: InstanceOptions
+) -> list[tuple[str, str]]:
+    """(kind, text) of 2–4 memories about other claims: their evidence or a user memory about them."""
+    lo, hi = options.distractors
+    picked = []
+    for other in pool.sample(rng, rng.randint(lo, hi), claim.group):
+        if other.evidence and rng.random() < 0.5:
+            picked.append(("evidence", rng.choice(other.evidence)))
+        else:
+            perspective = rng.choice(options.perspectives)
+            stance = rng.choice(("supported", "refuted"))
+            text = user_memory_text(other.source, other.claim_id, other.claim, perspective, stance, options.seed)
+            picked.append((PERSPECTIVE_KINDS[perspective], text))
+    return picked

@@ -11,22 +11,27 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+from collections import Counter
 from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from tqdm.auto import tqdm
 
+from data_build.labels import normalize_label
+from data_build.records import (
+    SKIP_DUPLICATE,
+    SKIP_INVALID,
+    SKIP_UNRESOLVED,
+    EvidenceClaim,
+    SkipLog,
+    SourceRead,
+    input_record,
+)
+
 FEVER_LABELS = ("SUPPORTS", "REFUTES", "NOT ENOUGH INFO")
 VERIFIABLE_VALUES = ("VERIFIABLE", "NOT VERIFIABLE")
-NEI_REASON = "NOT ENOUGH INFO claim has no evidence sentences (used from issue 3 on)"
 REQUIRED_FIELDS = ("id", "verifiable", "label", "claim", "evidence")
-
-# Skip kinds, so the manifest can count skips by cause.
-SKIP_INVALID = "invalid_record"
-SKIP_DUPLICATE = "duplicate_claim"
-SKIP_NEI = "not_enough_info"
-SKIP_UNRESOLVED = "unresolved_evidence"
 
 _ESCAPES = {
     "-LRB-": "(",
@@ -68,23 +73,6 @@ def decode_sentence(sentence: str) -> str:
 
 
 @dataclass(frozen=True)
-class Skipped:
-    """A record that was read but not used."""
-
-    file: str
-    line: int
-    reason: str
-    kind: str
-    claim_id: int | None = None
-
-    def to_dict(self) -> dict:
-        d = {"file": self.file, "line": self.line, "reason": self.reason, "kind": self.kind}
-        if self.claim_id is not None:
-            d["claim_id"] = self.claim_id
-        return d
-
-
-@dataclass(frozen=True)
 class EvidenceRef:
     """One cited sentence: a raw FEVER page id and a sentence number."""
 
@@ -123,21 +111,11 @@ class EvidenceSentence:
         return f"{self.title}: {self.text}"
 
 
-@dataclass(frozen=True)
-class ResolvedClaim:
-    """A claim with the first evidence set whose sentences all resolve."""
-
-    record: ClaimRecord
-    evidence_set: int
-    evidence: tuple[EvidenceSentence, ...]
-
-
 @dataclass
 class ClaimScan:
     """What ``read_claims`` found."""
 
     claims: list[ClaimRecord] = field(default_factory=list)
-    skipped: list[Skipped] = field(default_factory=list)
     records_in: dict[str, int] = field(default_factory=dict)  # per file, lines read
     files: list[Path] = field(default_factory=list)
     stopped_at: dict | None = None  # set when max_claims stopped the read early
@@ -151,7 +129,8 @@ class WikiScan:
     files: list[Path] = field(default_factory=list)
     digests: dict[str, tuple[str, int]] = field(default_factory=dict)  # path → (sha256, size), hashed while read
     pages_scanned: int = 0
-    problems: list[dict] = field(default_factory=list)
+    lines_read: dict[str, int] = field(default_factory=dict)  # path → lines read
+    problems: list[dict] = field(default_factory=list)  # malformed `lines` rows inside pages that are kept
 
 
 class _BadRecord(ValueError):
@@ -210,7 +189,7 @@ def parse_claim(obj: object) -> tuple[int, str, str, tuple[tuple[EvidenceRef, ..
     return claim_id, claim.strip(), label, tuple(sets)
 
 
-def read_claims(fever_dir: Path, files: Sequence[str], max_claims: int | None = None) -> ClaimScan:
+def read_claims(fever_dir: Path, files: Sequence[str], log: SkipLog, max_claims: int | None = None) -> ClaimScan:
     """Read claim files (relative to ``fever_dir``) in order; stop once ``max_claims`` usable claims are selected."""
     scan = ClaimScan()
     seen: dict[int, str] = {}
@@ -230,38 +209,35 @@ def read_claims(fever_dir: Path, files: Sequence[str], max_claims: int | None = 
                     }
                     return scan
                 scan.records_in[str(path)] += 1
-                record = _read_claim_line(raw, str(path), Path(rel).as_posix(), lineno, seen)
-                if isinstance(record, Skipped):
-                    scan.skipped.append(record)
-                else:
+                record = _read_claim_line(raw, str(path), Path(rel).as_posix(), lineno, seen, log)
+                if record is not None:
                     scan.claims.append(record)
     return scan
 
 
-def _read_claim_line(raw: bytes, file: str, rel_file: str, lineno: int, seen: dict[int, str]) -> ClaimRecord | Skipped:
-    def skip(reason: str, kind: str = SKIP_INVALID, claim_id: int | None = None) -> Skipped:
-        return Skipped(file, lineno, reason, kind, claim_id)
-
+def _read_claim_line(
+    raw: bytes, file: str, rel_file: str, lineno: int, seen: dict[int, str], log: SkipLog
+) -> ClaimRecord | None:
+    """One claim line → a ClaimRecord, or None after logging why it is skipped."""
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as e:
-        return skip(f"line is not valid UTF-8 ({e.reason} at byte {e.start})")
+        return log.skip(file, lineno, f"line is not valid UTF-8 ({e.reason} at byte {e.start})", SKIP_INVALID)
     if not text.strip():
-        return skip("empty line")
+        return log.skip(file, lineno, "empty line", SKIP_INVALID)
     try:
         obj = json.loads(text.rstrip("\r\n"))
     except json.JSONDecodeError as e:
-        return skip(f"invalid JSON ({e.msg}, column {e.colno})")
+        return log.skip(file, lineno, f"invalid JSON ({e.msg}, column {e.colno})", SKIP_INVALID)
     try:
         claim_id, claim, label, sets = parse_claim(obj)
     except _BadRecord as e:
         cid = obj.get("id") if isinstance(obj, dict) and _check_int(obj.get("id")) else None
-        return skip(str(e), claim_id=cid)
+        return log.skip(file, lineno, str(e), SKIP_INVALID, cid)
     if claim_id in seen:
-        return skip(f"duplicate claim id {claim_id} (first at {seen[claim_id]})", SKIP_DUPLICATE, claim_id)
+        reason = f"duplicate claim id {claim_id} (first at {seen[claim_id]})"
+        return log.skip(file, lineno, reason, SKIP_DUPLICATE, claim_id)
     seen[claim_id] = f"{file}:{lineno}"
-    if label == "NOT ENOUGH INFO":
-        return skip(NEI_REASON, SKIP_NEI, claim_id)
     return ClaimRecord(claim_id, claim, label, file, rel_file, lineno, sets)
 
 
@@ -291,7 +267,7 @@ def parse_lines(lines_field: str) -> tuple[dict[int, str], list[str]]:
     return sentences, bad
 
 
-def scan_wiki(wiki_dir: Path, wanted: Collection[str], progress: bool = True) -> WikiScan:
+def scan_wiki(wiki_dir: Path, wanted: Collection[str], log: SkipLog, progress: bool = True) -> WikiScan:
     """Read every ``*.jsonl`` file of the dump once, keeping only the pages in ``wanted``."""
     wiki_dir = Path(wiki_dir)
     files = sorted(wiki_dir.glob("*.jsonl"))
@@ -304,7 +280,7 @@ def scan_wiki(wiki_dir: Path, wanted: Collection[str], progress: bool = True) ->
     with tqdm(total=total, unit="B", unit_scale=True, desc="scan wiki-pages", disable=not progress) as bar:
         for path in files:
             digest = hashlib.sha256()
-            pending = 0
+            pending = lineno = 0
             with open(path, "rb") as f:
                 for lineno, raw in enumerate(f, 1):
                     digest.update(raw)
@@ -312,14 +288,15 @@ def scan_wiki(wiki_dir: Path, wanted: Collection[str], progress: bool = True) ->
                     if pending >= 1 << 22:  # refresh the bar every 4 MiB, not every line
                         bar.update(pending)
                         pending = 0
-                    _scan_page_line(raw, str(path), lineno, wanted, wanted_raw, scan)
+                    _scan_page_line(raw, str(path), lineno, wanted, wanted_raw, scan, log)
+            scan.lines_read[str(path)] = lineno
             bar.update(pending)
             scan.digests[str(path)] = (digest.hexdigest(), path.stat().st_size)
     return scan
 
 
 def _scan_page_line(
-    raw: bytes, file: str, lineno: int, wanted: set[str], wanted_raw: set[bytes], scan: WikiScan
+    raw: bytes, file: str, lineno: int, wanted: set[str], wanted_raw: set[bytes], scan: WikiScan, log: SkipLog
 ) -> None:
     if not raw.strip():
         return
@@ -342,7 +319,7 @@ def _scan_page_line(
         page = json.loads(raw)
         page_id, lines_field = page["id"], page["lines"]
     except (json.JSONDecodeError, UnicodeDecodeError, TypeError, KeyError) as e:
-        scan.problems.append({"file": file, "line": lineno, "reason": f"unreadable page: {type(e).__name__}: {e}"})
+        log.skip(file, lineno, f"unreadable page: {type(e).__name__}: {e}", SKIP_INVALID)
         return
     if not m:
         if not page_id:
@@ -351,10 +328,10 @@ def _scan_page_line(
     if page_id not in wanted:
         return
     if page_id in scan.pages:
-        scan.problems.append({"file": file, "line": lineno, "reason": f"duplicate page {page_id!r}; first kept"})
+        log.skip(file, lineno, f"duplicate page {page_id!r}; the first one is kept", SKIP_DUPLICATE, page_id)
         return
     if not isinstance(lines_field, str):
-        scan.problems.append({"file": file, "line": lineno, "reason": f"page {page_id!r}: field 'lines' is not text"})
+        log.skip(file, lineno, f"page {page_id!r}: field 'lines' is not text", SKIP_INVALID, page_id)
         return
     sentences, bad = parse_lines(lines_field)
     for row in bad:
@@ -378,21 +355,77 @@ def _resolve_set(refs: Iterable[EvidenceRef], pages: dict[str, dict[int, str]]) 
 
 
 def resolve_claims(
-    claims: Sequence[ClaimRecord], pages: dict[str, dict[int, str]]
-) -> tuple[list[ResolvedClaim], list[Skipped]]:
-    """For each claim take the first evidence set whose sentences all resolve; claims with none are skipped."""
-    resolved: list[ResolvedClaim] = []
-    skipped: list[Skipped] = []
+    claims: Sequence[ClaimRecord], pages: dict[str, dict[int, str]], log: SkipLog
+) -> list[EvidenceClaim]:
+    """Each claim with the first evidence set whose sentences all resolve; a claim with none is skipped.
+
+    NOT ENOUGH INFO claims cite no sentences: they come out with empty ``evidence`` (the builder decides what
+    retrieved-but-undeciding evidence they are shown with)."""
+    out: list[EvidenceClaim] = []
     for rec in claims:
+        meta = {"source_label": rec.label}
+        if rec.label == "NOT ENOUGH INFO":
+            out.append(_evidence_claim(rec, (), meta))
+            continue
         failures = []
         for i, refs in enumerate(rec.evidence_sets):
             result = _resolve_set(refs, pages)
             if isinstance(result, str):
                 failures.append(f"set {i}: {result}")
                 continue
-            resolved.append(ResolvedClaim(rec, i, result))
+            meta |= {
+                "evidence_set": i,
+                "evidence_pages": [e.page for e in result],
+                "evidence_sentences": [e.sentence for e in result],
+            }
+            out.append(_evidence_claim(rec, tuple(e.fact_text for e in result), meta))
             break
         else:
-            reason = "no evidence set resolves: " + "; ".join(failures)
-            skipped.append(Skipped(rec.file, rec.line, reason, SKIP_UNRESOLVED, rec.claim_id))
-    return resolved, skipped
+            log.skip(
+                rec.file, rec.line, "no evidence set resolves: " + "; ".join(failures), SKIP_UNRESOLVED, rec.claim_id
+            )
+    return out
+
+
+def _evidence_claim(rec: ClaimRecord, evidence: tuple[str, ...], meta: dict) -> EvidenceClaim:
+    return EvidenceClaim(
+        source="fever",
+        claim_id=str(rec.claim_id),
+        claim=rec.claim,
+        label=normalize_label(rec.label),
+        evidence=evidence,
+        file=rec.rel_file,
+        line=rec.line,
+        meta=meta,
+    )
+
+
+def read_fever(
+    fever_dir: Path, claim_files: Sequence[str], log: SkipLog, *, max_claims: int | None = None, progress: bool = True
+) -> SourceRead:
+    """Claim files + one scan of ``wiki-pages/`` → EvidenceClaims, with per-file accounting."""
+    claims = read_claims(fever_dir, claim_files, log, max_claims)
+    cited = set().union(*(c.pages for c in claims.claims))
+    wiki = scan_wiki(Path(fever_dir) / "wiki-pages", cited, log, progress=progress)
+    items = resolve_claims(claims.claims, wiki.pages, log)
+    skipped_per_file = Counter(s.file for s in log.records)
+    used = {f: claims.records_in[f] - skipped_per_file[f] for f in claims.records_in}
+    used |= {f: n - skipped_per_file[f] for f, n in wiki.lines_read.items()}
+    inputs = [input_record(p, "fever_claims") for p in claims.files]
+    inputs += [{"path": p, "sha256": d[0], "size": d[1], "kind": "fever_wiki_pages"} for p, d in wiki.digests.items()]
+    return SourceRead(
+        source="fever",
+        items=items,
+        records_in=claims.records_in | wiki.lines_read,
+        records_used=used,
+        inputs=inputs,
+        stats={
+            "wiki_files": len(wiki.files),
+            "wiki_pages_scanned": wiki.pages_scanned,
+            "wiki_pages_cited": len(cited),
+            "wiki_pages_kept": len(wiki.pages),
+            "wiki_pages_missing": sorted(cited - set(wiki.pages)),
+            "wiki_problems": wiki.problems,
+        },
+        stopped_at=claims.stopped_at,
+    )

@@ -21,7 +21,9 @@ _ALIASES = {
     "NOINFO": "not enough info",
 }
 
-CLAIM_QUESTION = "Is the following claim supported or refuted by the evidence? Claim: {claim}"
+CLAIM_QUESTION = (
+    "Is the following claim supported or refuted by the evidence, or is there not enough information? Claim: {claim}"
+)
 
 
 def normalize_label(label: str) -> str:

@@ -21,11 +21,12 @@ def _tiny_models(args: argparse.Namespace) -> None:
 def _build_data(args: argparse.Namespace) -> None:
     from data_build.build import build_data, load_data_config
 
-    config = load_data_config(args.config)
+    config = load_data_config(args.config, **({"skip_invalid": True} if args.skip_invalid else {}))
     manifest = build_data(config, args.out)
+    records = manifest["records"]
     print(
         f"{manifest['instances_out']} instances ({manifest['counts']['split']}) in {args.out}; "
-        f"{manifest['records_skipped']} of {manifest['records_in']} records skipped (see manifest.json)"
+        f"{records['skipped']} of {records['read']} records skipped (see manifest.json)"
     )
 
 
@@ -70,6 +71,11 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("build-data", help="Build the Instance dataset from raw source files.")
     p.add_argument("--config", required=True, help="Data YAML, e.g. configs/data/fever_fixture.yaml.")
     p.add_argument("--out", required=True, help="Output dataset dir (parquet + jsonl + manifest.json).")
+    p.add_argument(
+        "--skip-invalid",
+        action="store_true",
+        help="Skip structurally invalid records and list them in the manifest (default: stop at the first one).",
+    )
 
     p = sub.add_parser(
         "train",

@@ -9,11 +9,13 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from datasets import load_from_disk
 
 from data_build import fever
 from data_build.build import DataConfig, build_data, load_data_config, resolve_path
-from data_build.conflict import PERSPECTIVE_KINDS, TEMPLATES
-from data_build.labels import LABELS
+from data_build.conflict import PERSPECTIVE_KINDS, TEMPLATES, user_memory_text
+from data_build.labels import LABELS, claim_question
+from data_build.records import DataError, SkipLog
 from data_build.splits import assign_splits, split_sizes
 from memstate.data import SPLITS, load_split
 from memstate.schema import Instance
@@ -34,12 +36,15 @@ BAD = {  # (file, line) → text the reason must contain
     ("train.jsonl", 29): "page 'Mount_Everest' is not in the wiki dump",
     ("train.jsonl", 43): "page 'Mercury_-LRB-planet-RRB-' has no sentence 7",
 }
-NEI = {("train.jsonl", n) for n in (6, 18, 33, 46, 56)} | {("shared_task_dev.jsonl", 7)}
+NEI = {("train.jsonl", n) for n in (6, 18, 33, 46, 56)} | {("shared_task_dev.jsonl", 7)}  # now used
 ESCAPES = ("-LRB-", "-RRB-", "-LSB-", "-RSB-", "-LCB-", "-RCB-", "-COLON-", "``", "''")
 
 
 def fixture_config(**changes) -> DataConfig:
-    return replace(load_data_config(CONFIG), fever_dir=str(FIXTURE), progress=False, **changes)
+    fever_changes = {k: changes.pop(k) for k in ("dir", "claim_files", "max_claims") if k in changes}
+    config = load_data_config(CONFIG, progress=False)
+    config.fever = replace(config.fever, **({"dir": str(FIXTURE)} | fever_changes))
+    return replace(config, **changes)
 
 
 @pytest.fixture(scope="module")
@@ -55,39 +60,57 @@ def all_instances(splits: dict[str, list[Instance]]) -> list[Instance]:
 
 
 def by_claim(splits, claim_id: int) -> list[Instance]:
-    return [i for i in all_instances(splits) if i.meta["claim_id"] == claim_id]
+    return [i for i in all_instances(splits) if i.meta["claim_id"] == str(claim_id)]
 
 
 def test_counts_add_up(built):
     _, m, splits = built
-    assert m["records_in"] == TRAIN_LINES + DEV_LINES == m["records_used"] + m["records_skipped"]
-    assert m["records_used"] == USED
-    assert m["records_skipped"] == len(BAD) + len(NEI)
-    assert sorted(m["records_in_per_file"].values()) == sorted([TRAIN_LINES, DEV_LINES])
-    assert m["instances_out"] == USED * 3 == sum(len(v) for v in splits.values())
-    assert m["counts"]["perspective"] == {"belief": USED, "identity": USED, "expertise": USED}
-    assert m["counts"]["answer"] == {"supported": SUPPORTS * 3, "refuted": REFUTES * 3}
+    rec = m["records"]
+    claim_files = {k: v for k, v in rec["per_file"].items() if "wiki-pages" not in k}
+    assert sorted(v["read"] for v in claim_files.values()) == sorted([TRAIN_LINES, DEV_LINES])
+    assert sum(v["used"] for v in claim_files.values()) == USED + len(NEI)
+    assert rec["skipped"] == len(BAD) and rec["read"] == rec["used"] + rec["skipped"]
+    assert all(v["read"] == v["used"] + v["skipped"] for v in rec["per_file"].values())
+    groups = USED + len(NEI)
+    assert m["instances_out"] == groups * 3 == sum(len(v) for v in splits.values())
+    assert m["counts"]["perspective"] == {"belief": groups, "expertise": groups, "identity": groups}
+    assert m["counts"]["answer"] == {
+        "fever/supported": SUPPORTS * 3, "fever/refuted": REFUTES * 3, "fever/not enough info": len(NEI) * 3
+    }  # fmt: skip
     assert m["counts"]["split"] == {s: len(splits[s]) for s in SPLITS}
-    assert m["counts"]["source"] == {"fever": USED * 3} and m["counts"]["task"] == {"evidence_conflict": USED * 3}
-    assert m["skipped_by_kind"] == {"invalid_record": 3, "unresolved_evidence": 2, "not_enough_info": 6}
+    assert m["counts"]["source"] == {"fever": groups * 3}
+    assert set(m["counts"]["task"]) == {"evidence_conflict", "evidence_consistent"}
+    assert m["skipped_by_kind"] == {"invalid_record": 3, "unresolved_evidence": 2}
     kinds = {i["kind"] for i in m["inputs"]}
     assert kinds == {"fever_claims", "fever_wiki_pages"} and len(m["inputs"]) == 4
     assert all(len(i["sha256"]) == 64 and i["size"] == Path(i["path"]).stat().st_size for i in m["inputs"])
     assert json.loads((built[0] / "manifest.json").read_text()) == m
+    assert "| instances |" in (built[0] / "README.md").read_text()
 
 
 def test_bad_records_are_listed_with_file_and_line(built):
     skipped = {(Path(s["file"]).name, s["line"]): s for s in built[1]["skipped"]}
+    assert set(skipped) == set(BAD)
     for key, text in BAD.items():
-        assert key in skipped, f"{key} not listed as skipped"
         assert text in skipped[key]["reason"], skipped[key]
         assert Path(skipped[key]["file"]) == FIXTURE / key[0]
 
 
-def test_nei_claims_are_listed_as_skipped(built):
-    nei = {(Path(s["file"]).name, s["line"]) for s in built[1]["skipped"] if s["kind"] == "not_enough_info"}
-    assert nei == NEI
-    assert all(s["reason"] == fever.NEI_REASON for s in built[1]["skipped"] if s["kind"] == "not_enough_info")
+def test_strict_build_stops_at_the_first_structural_error(tmp_path):
+    with pytest.raises(DataError, match=r"train.jsonl:13: invalid JSON .*--skip-invalid"):
+        build_data(fixture_config(skip_invalid=False), tmp_path)
+    assert not (tmp_path / "manifest.json").exists()
+
+
+def test_nei_claims_become_not_enough_info_instances(built):
+    nei = [i for i in all_instances(built[2]) if i.answer == "not enough info"]
+    assert {(i.meta["source_file"], i.meta["line"]) for i in nei} == NEI
+    for inst in nei:
+        assert inst.task == "evidence_conflict" and inst.relations == ()
+        assert inst.meta["user_label"] in ("supported", "refuted")
+        assert not [f for f in inst.facts if f.role == "gold"]
+        shown = [f for f in inst.facts if f.role == "support"]  # retrieved, undeciding evidence of other claims
+        assert 1 <= len(shown) <= 2 and all(f.kind == "evidence" for f in shown)
 
 
 def test_no_group_in_two_splits(built):
@@ -96,10 +119,26 @@ def test_no_group_in_two_splits(built):
     for split, instances in splits.items():
         for inst in instances:
             where[inst.meta["group"]].add(split)
-    assert len(where) == USED
+    assert len(where) == USED + len(NEI)
     assert all(len(s) == 1 for s in where.values())
     assert all(splits[s] for s in SPLITS)
-    assert m["counts"]["groups_per_split"] == {"train": 47, "validation": 6, "test": 6}
+    assert sum(m["counts"]["groups_per_split"].values()) == USED + len(NEI)
+
+
+def test_distractors_come_from_other_claims_of_the_same_split(built):
+    splits = built[2]
+    for split, instances in splits.items():
+        texts_in_split = {f.text for i in instances for f in i.facts if f.role in ("gold", "conflict", "support")}
+        for inst in instances:
+            distractors = [f for f in inst.facts if f.role == "distractor"]
+            assert len(distractors) <= 4 and len({f.text for f in inst.facts}) == len(inst.facts)
+            claim = claim_of(inst).rstrip(".").replace('"', "'")
+            assert all(claim not in f.text for f in distractors)
+            for f in distractors:
+                if f.kind == "evidence":
+                    assert f.text in texts_in_split, (split, f.text)
+    counts = Counter(len([f for f in i.facts if f.role == "distractor"]) for i in all_instances(splits))
+    assert set(counts) >= {2, 3, 4}
 
 
 def test_parquet_round_trip_matches_jsonl(built):
@@ -110,20 +149,19 @@ def test_parquet_round_trip_matches_jsonl(built):
         assert [i.to_dict() for i in splits[split]] == rows
     ids = [i.id for i in all_instances(splits)]
     assert len(set(ids)) == len(ids)
+    hf = load_from_disk(str(out / "hf"))
+    assert {s: len(hf[s]) for s in SPLITS} == {s: len(splits[s]) for s in SPLITS}
 
 
 def test_instances_follow_the_contract(built):
     for inst in all_instances(built[2]):
         assert inst.labels == LABELS and inst.answer_kind == "label" and inst.options == ()
-        assert inst.answer in ("supported", "refuted")
-        assert inst.question == f"Is the following claim supported or refuted by the evidence? Claim: {claim_of(inst)}"
+        assert inst.question == claim_question(claim_of(inst))
         assert [f.id for f in inst.facts] == [f"F{n}" for n in range(1, len(inst.facts) + 1)]
         assert all(f.scope == "global" for f in inst.facts)
         meta = inst.meta
-        assert meta["group"] == f"fever:{meta['claim_id']}" and meta["source_file"] in (
-            "train.jsonl",
-            "shared_task_dev.jsonl",
-        )
+        assert meta["group"] == f"fever:{meta['claim_id']}"
+        assert meta["source_file"] in ("train.jsonl", "shared_task_dev.jsonl")
         assert all(v is not None for v in meta.values())
 
 
@@ -131,26 +169,49 @@ def claim_of(inst: Instance) -> str:
     return inst.question.split("Claim: ", 1)[1]
 
 
-def test_user_memory_conflicts_with_every_evidence_fact(built):
+def rendered(perspective: str, claim: str, claim_is_true: bool) -> set[str]:
+    quoted = claim.rstrip(".").replace('"', "'")
+    return {t.format(claim=quoted, verdict=yes if claim_is_true else no) for t, yes, no in TEMPLATES[perspective]}
+
+
+def test_user_memory_conflicts_with_or_agrees_with_the_evidence(built):
     positions = Counter()
+    tasks = Counter()
     for inst in all_instances(built[2]):
-        user = [f for f in inst.facts if f.role == "conflict"]
+        if inst.answer == "not enough info":
+            continue
+        tasks[(inst.task, inst.perspective)] += 1
+        user = [f for f in inst.facts if f.role in ("conflict", "support")]
         gold = [f for f in inst.facts if f.role == "gold"]
-        assert len(user) == 1 and len(gold) == len(inst.facts) - 1 >= 1
+        assert len(user) == 1 and len(gold) >= 1
         user = user[0]
         assert user.kind == PERSPECTIVE_KINDS[inst.perspective]
         assert all(f.kind == "evidence" for f in gold)
-        assert {(r.src, r.type, r.dst) for r in inst.relations} == {(user.id, "CONFLICTS_WITH", g.id) for g in gold}
-        assert len(inst.relations) == len(gold)
-        # The memory asserts the opposite label: the claim is false when the evidence supports it, and vice versa.
-        assert inst.meta["user_label"] != inst.answer
-        quoted = claim_of(inst).rstrip(".").replace('"', "'")
-        claim_is_true = inst.answer == "refuted"
-        assert user.text in {t.render(quoted, claim_is_true) for t in TEMPLATES[inst.perspective]}
-        assert user.text not in {t.render(quoted, not claim_is_true) for t in TEMPLATES[inst.perspective]}
-        positions[(len(inst.facts), user.id)] += 1
-    # Position must not reveal the role: with one evidence sentence the memory is sometimes F1, sometimes F2.
-    assert positions[(2, "F1")] > 10 and positions[(2, "F2")] > 10
+        edges = {(r.src, r.type, r.dst) for r in inst.relations}
+        claim_is_true = inst.answer == "supported"
+        if inst.task == "evidence_conflict":
+            assert user.role == "conflict" and inst.meta["user_label"] != inst.answer
+            assert edges == {(user.id, "CONFLICTS_WITH", g.id) for g in gold}
+            assert user.text in rendered(inst.perspective, claim_of(inst), not claim_is_true)
+        else:
+            assert inst.task == "evidence_consistent" and user.role == "support"
+            assert inst.meta["user_label"] == inst.answer
+            assert edges == {(g.id, "SUPPORTS", user.id) for g in gold}
+            assert user.text in rendered(inst.perspective, claim_of(inst), claim_is_true)
+        positions[user.id] += 1
+    # Position must not reveal the role.
+    assert len(positions) >= 4 and max(positions.values()) < 0.5 * sum(positions.values())
+    for p in ("belief", "identity", "expertise"):
+        assert tasks[("evidence_conflict", p)] > 0 and tasks[("evidence_consistent", p)] > 0
+
+
+def test_at_least_eight_templates_per_perspective_are_used(tmp_path):
+    assert all(len(TEMPLATES[p]) >= 8 for p in PERSPECTIVE_KINDS)
+    used = defaultdict(set)
+    for seed in range(40):
+        for p in PERSPECTIVE_KINDS:
+            used[p].add(user_memory_text("fever", "1", "X is Y.", p, "supported", seed))
+    assert all(len(v) >= 8 for v in used.values())
 
 
 def test_escapes_are_decoded(built):
@@ -158,22 +219,22 @@ def test_escapes_are_decoded(built):
     texts = [f.text for i in all_instances(splits) for f in i.facts if f.role == "gold"]
     assert not [t for t in texts if any(e in t for e in ESCAPES)]
     gold = {i.meta["claim_id"]: [f.text for f in i.facts if f.role == "gold"] for i in all_instances(splits)}
-    assert gold[91011] == [
+    assert gold["91011"] == [
         "Mercury (planet): Mercury is the smallest planet in the Solar System and the closest to the Sun."
     ]
-    assert gold[91013] == [
+    assert gold["91013"] == [
         "Halo: Combat Evolved: Halo: Combat Evolved is a 2001 military science fiction "
         "first-person shooter video game developed by Bungie and published by Microsoft Game "
         "Studios."
     ]
-    assert gold[92011] == [
+    assert gold["92011"] == [
         "Python (programming language): Blocks are delimited by indentation rather than by curly brackets ({})."
     ]
-    assert gold[92002] == [
+    assert gold["92002"] == [
         "Mount Kilimanjaro: Its summit, Uhuru Peak on Kibo, rises to about 5,895 metres (19,341 ft) above sea level."
     ]
-    assert gold[91028] == ["Reykjavík: Reykjavík is the capital and largest city of Iceland."]
-    assert gold[91049] == [
+    assert gold["91028"] == ["Reykjavík: Reykjavík is the capital and largest city of Iceland."]
+    assert gold["91049"] == [
         '"Weird Al" Yankovic: He is known for humorous songs that parody popular music, often played on the accordion.'
     ]
     assert fever.decode_title("Savages_-LRB-2012_film-RRB-") == "Savages (2012 film)"
@@ -184,11 +245,11 @@ def test_first_resolving_evidence_set_is_used(built):
     splits = built[2]
     meta = {i.meta["claim_id"]: i.meta for i in all_instances(splits)}
     # 91011: set 0 cites an empty row; 91050: set 0 cites a page absent from the dump.
-    assert meta[91011]["evidence_set"] == 1
-    assert meta[91050]["evidence_set"] == 1 and meta[91050]["evidence_pages"] == ["Neil_Armstrong"]
+    assert meta["91011"]["evidence_set"] == 1
+    assert meta["91050"]["evidence_set"] == 1 and meta["91050"]["evidence_pages"] == ["Neil_Armstrong"]
     # Two-sentence sets from different pages become two evidence facts.
-    assert meta[91043]["evidence_set"] == 0
-    assert meta[91043]["evidence_pages"] == ["Mona_Lisa", "Louvre"] and meta[91043]["evidence_sentences"] == [1, 0]
+    assert meta["91043"]["evidence_set"] == 0
+    assert meta["91043"]["evidence_pages"] == ["Mona_Lisa", "Louvre"] and meta["91043"]["evidence_sentences"] == [1, 0]
     for inst in by_claim(splits, 91015):
         assert sorted(f.text.split(":")[0] for f in inst.facts if f.role == "gold") == ["Alien (film)", "Ridley Scott"]
 
@@ -197,18 +258,17 @@ def test_build_is_deterministic(built, tmp_path):
     out, manifest, _ = built
     again = build_data(fixture_config(), tmp_path)
     assert again == manifest
-    for split in SPLITS:
-        for ext in ("parquet", "jsonl"):
-            assert (tmp_path / f"{split}.{ext}").read_bytes() == (out / f"{split}.{ext}").read_bytes(), (split, ext)
+    for name in [f"{s}.{ext}" for s in SPLITS for ext in ("parquet", "jsonl")] + ["manifest.json", "README.md"]:
+        assert (tmp_path / name).read_bytes() == (out / name).read_bytes(), name
 
 
 def test_only_cited_pages_are_kept(built):
-    wiki = built[1]["wiki"]
-    assert wiki["pages_scanned"] == 34 and wiki["pages_cited"] == 31 and wiki["pages_kept"] == 29
-    assert wiki["pages_missing"] == ["Mount_Everest", "Neil_Armstrong_-LRB-astronaut-RRB-"]
+    wiki = built[1]["source_stats"]["fever"]
+    assert wiki["wiki_pages_scanned"] == 34 and wiki["wiki_pages_cited"] == 31 and wiki["wiki_pages_kept"] == 29
+    assert wiki["wiki_pages_missing"] == ["Mount_Everest", "Neil_Armstrong_-LRB-astronaut-RRB-"]
     # Ids escaped in the dump ("Reykjav\u00edk", "\"Weird_Al\"…") must still be found.
     wanted = {"Tokyo", "Reykjavík", '"Weird_Al"_Yankovic', "Not_A_Page"}
-    scan = fever.scan_wiki(FIXTURE / "wiki-pages", wanted, progress=False)
+    scan = fever.scan_wiki(FIXTURE / "wiki-pages", wanted, SkipLog(), progress=False)
     assert set(scan.pages) == wanted - {"Not_A_Page"}
     assert scan.pages_scanned == 34 and not scan.problems
     assert scan.pages["Tokyo"][1] == "The city was formerly known as Edo ."
@@ -216,20 +276,23 @@ def test_only_cited_pages_are_kept(built):
 
 def test_max_claims_stops_reading(tmp_path):
     m = build_data(fixture_config(max_claims=6), tmp_path)
-    # Lines 1-5 and 7 are usable claims, line 6 is NEI: reading stops before line 8.
-    assert (m["records_in"], m["records_used"], m["records_skipped"]) == (7, 6, 1)
-    assert m["stopped_at"]["next_line"] == 8 and Path(m["stopped_at"]["file"]).name == "train.jsonl"
-    assert m["wiki"]["pages_kept"] == 2  # Mount_Kilimanjaro and Marie_Curie only
+    # Lines 1-6 are usable claims (line 6 is NOT ENOUGH INFO): reading stops before line 7.
+    assert (m["records"]["per_file"][str(FIXTURE / "train.jsonl")]) == {"read": 6, "used": 6, "skipped": 0}
+    stopped = m["stopped_early"]["fever"]
+    assert stopped["next_line"] == 7 and Path(stopped["file"]).name == "train.jsonl"
+    assert m["source_stats"]["fever"]["wiki_pages_kept"] == 2  # Mount_Kilimanjaro and Marie_Curie
 
 
 def test_duplicate_claim_ids_are_skipped(tmp_path):
     src = tmp_path / "fever"
     shutil.copytree(FIXTURE / "wiki-pages", src / "wiki-pages")
     lines = (FIXTURE / "train.jsonl").read_text(encoding="utf-8").splitlines()
-    (src / "claims.jsonl").write_text("\n".join([lines[0], lines[1], lines[0]]) + "\n", encoding="utf-8")
-    m = build_data(replace(fixture_config(), fever_dir=str(src), fever_claim_files=["claims.jsonl"]), tmp_path / "o")
-    assert (m["records_in"], m["records_used"], m["records_skipped"]) == (3, 2, 1)
-    assert m["skipped"][0]["line"] == 3 and "duplicate claim id 91001" in m["skipped"][0]["reason"]
+    (src / "claims.jsonl").write_text("\n".join([lines[0], lines[1], lines[2], lines[0]]) + "\n", encoding="utf-8")
+    m = build_data(fixture_config(dir=str(src), claim_files=["claims.jsonl"]), tmp_path / "o")
+    assert m["records"]["per_file"][str(src / "claims.jsonl")] == {"read": 4, "used": 3, "skipped": 1}
+    assert m["skipped"][0]["line"] == 4 and "duplicate claim id 91001" in m["skipped"][0]["reason"]
+    with pytest.raises(DataError, match="claims.jsonl:4: duplicate claim id 91001"):
+        build_data(fixture_config(dir=str(src), claim_files=["claims.jsonl"], skip_invalid=False), tmp_path / "s")
 
 
 def test_load_split_names_missing_file(tmp_path):
@@ -239,19 +302,26 @@ def test_load_split_names_missing_file(tmp_path):
 
 def test_config_yaml(tmp_path):
     cfg = load_data_config(CONFIG)
-    assert cfg.fever_dir == "tests/fixtures/fever" and cfg.fever_claim_files == ["train.jsonl", "shared_task_dev.jsonl"]
+    assert cfg.fever.dir == "tests/fixtures/fever" and cfg.fever.claim_files == ["train.jsonl", "shared_task_dev.jsonl"]
+    assert cfg.skip_invalid and cfg.scifact is None
     bad = tmp_path / "bad.yaml"
-    bad.write_text("fever_dir: x\nfever_claim_file: [a]\nsplits: {}\n")
-    with pytest.raises(ValueError, match=r"\['fever_claim_file', 'splits'\]"):
+    bad.write_text("fever: {dir: x, claim_file: [a]}\n")
+    with pytest.raises(ValueError, match=r"fever: unknown key\(s\) \['claim_file'\]"):
         load_data_config(bad)
-    bad.write_text("fever_dir: x\nsplit_ratios: {train: 0.5, validation: 0.1, test: 0.1}\n")
+    bad.write_text("fever: {dir: x}\nsplits: {}\n")
+    with pytest.raises(ValueError, match=r"unknown key\(s\) \['splits'\]"):
+        load_data_config(bad)
+    bad.write_text("fever: {dir: x}\nsplit_ratios: {train: 0.5, validation: 0.1, test: 0.1}\n")
     with pytest.raises(ValueError, match="sum to 1"):
         load_data_config(bad)
+    bad.write_text("seed: 1\n")
+    with pytest.raises(ValueError, match="names no source"):
+        load_data_config(bad)
 
 
-def test_relative_fever_dir_resolves_from_the_project_root(tmp_path, monkeypatch):
+def test_relative_dir_resolves_from_the_project_root(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)  # the config's relative path is not under the working directory here
-    assert resolve_path(load_data_config(CONFIG).fever_dir).resolve() == FIXTURE
+    assert resolve_path(load_data_config(CONFIG).fever.dir).resolve() == FIXTURE
 
 
 def test_assign_splits_by_group():
