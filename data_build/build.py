@@ -293,13 +293,17 @@ def _counts(instances: list[Instance], split_of: dict[str, str]) -> dict:
         "source": by(lambda i: i.source),
         "task": by(lambda i: i.task),
         "perspective": by(lambda i: i.perspective),
-        "split": {s: sum(1 for i in instances if split_of[i.meta["group"]] == s) for s in SPLITS},
+        "split": _per_split(Counter(split_of[i.meta["group"]] for i in instances)),
         "source/task/perspective": by(lambda i: f"{i.source}/{i.task}/{i.perspective}"),
         "split/source": by(lambda i: f"{split_of[i.meta['group']]}/{i.source}"),
         "answer": by(lambda i: f"{i.source}/{i.answer}"),
-        "groups_per_split": dict(Counter(split_of[g] for g in {i.meta["group"] for i in instances})),
+        "groups_per_split": _per_split(Counter(split_of[g] for g in {i.meta["group"] for i in instances})),
         "relations": by_relation(instances),
     }
+
+
+def _per_split(counter: Counter) -> dict[str, int]:
+    return {s: counter[s] for s in SPLITS}  # fixed key order: the manifest must be byte-identical across runs
 
 
 def by_relation(instances: list[Instance]) -> dict[str, int]:
@@ -326,7 +330,12 @@ def build_data(config: DataConfig, out_dir: str | Path) -> dict:
     parts = {}
     for split in SPLITS:
         split_rows = [r for r in rows if split_of[r["meta"]["group"]] == split]
-        parts[split] = Dataset.from_list(split_rows, features=features)
+        # from_list cannot type an empty list; an empty split (tiny inputs) is built from empty columns.
+        parts[split] = (
+            Dataset.from_list(split_rows, features=features)
+            if split_rows
+            else Dataset.from_dict({k: [] for k in features}, features=features)
+        )
         parts[split].to_parquet(str(out_dir / f"{split}.parquet"))
         # json.dumps rather than Dataset.to_json, which escapes "/" (pandas).
         with open(out_dir / f"{split}.jsonl", "w", encoding="utf-8") as f:

@@ -16,6 +16,7 @@ SKIP_INVALID = "invalid_record"  # unparsable line/row, missing field, wrong typ
 SKIP_UNRESOLVED = "unresolved_evidence"  # evidence points at a page/document/sentence the inputs lack
 SKIP_DUPLICATE = "duplicate_record"  # the same source id twice
 SKIP_UNLABELED = "unlabeled"  # well-formed but carries no label to build an instance from (SciFact test claims)
+SKIP_NO_HISTORY = "no_user_history"  # well-formed, but the question's history has no user turn (PersonaMem)
 SKIP_CONFLICTING = "conflicting_labels"  # well-formed, but its rationales disagree on the label (SciFact)
 STRUCTURAL_KINDS = frozenset({SKIP_INVALID, SKIP_UNRESOLVED, SKIP_DUPLICATE})
 

@@ -17,6 +17,9 @@ TASKS = (
     "preference_current",
     "preference_history",
     "preference_update",
+    "preference_generalization",
+    "fact_recall",
+    "idea_suggestion",
 )
 PERSPECTIVES = ("belief", "identity", "expertise", "none")
 ANSWER_KINDS = ("label", "choice", "free")

