@@ -333,3 +333,23 @@ def test_assign_splits_by_group():
     assert Counter(assign_splits(["a", "b", "c"]).values()) == {"train": 1, "validation": 1, "test": 1}
     assert split_sizes(7, {"train": 0.8, "validation": 0.1, "test": 0.1}) == {"train": 5, "validation": 1, "test": 1}
     assert split_sizes(2, {"train": 0.8, "validation": 0.1, "test": 0.1}) == {"train": 2, "validation": 0, "test": 0}
+
+
+def test_strict_build_raises_at_each_bad_record_in_turn(tmp_path):
+    """With the earlier bad records made harmless, a strict build stops at the next one, naming file:line and why."""
+    src = tmp_path / "fever"
+    shutil.copytree(FIXTURE / "wiki-pages", src / "wiki-pages")
+    lines = (FIXTURE / "train.jsonl").read_text(encoding="utf-8").splitlines()
+    harmless = '{{"id": {}, "verifiable": "NOT VERIFIABLE", "label": "NOT ENOUGH INFO", "claim": "X.", ' \
+        '"evidence": [[[1, null, null, null]]]}}'  # fmt: skip
+    # Malformed records are found while reading, unresolvable evidence only after the wiki scan.
+    order = sorted(BAD.items(), key=lambda kv: ("wiki dump" in kv[1] or "has no sentence" in kv[1], kv[0][1]))
+    for (name, line), text in order:
+        (src / "train.jsonl").write_text("\n".join(lines) + "\n", encoding="utf-8")
+        with pytest.raises(DataError) as e:
+            build_data(fixture_config(dir=str(src), claim_files=["train.jsonl"], skip_invalid=False), tmp_path / "o")
+        assert str(e.value).startswith(f"{src / name}:{line}: ") and text in str(e.value), str(e.value)
+        lines[line - 1] = harmless.format(990000 + line)
+    (src / "train.jsonl").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    m = build_data(fixture_config(dir=str(src), claim_files=["train.jsonl"], skip_invalid=False), tmp_path / "o")
+    assert m["records"]["skipped"] == 0

@@ -120,3 +120,18 @@ def test_strict_build_stops_at_first_structural_error(tmp_path):
     config.scifact = None
     with pytest.raises(DataError, match=r"questions_32k.csv:7: .*correct_answer"):
         build_data(config, tmp_path)
+
+
+def test_caps_limit_source_task_and_perspective(tmp_path):
+    caps = {"fever": 60, "fever/evidence_conflict/belief": 5, "scifact/evidence_consistent": 2}
+    config = load_data_config(TINY, caps=caps, progress=False)
+    config.personamem = None
+    m = build_data(config, tmp_path)
+    counts = m["counts"]["source/task/perspective"]
+    assert m["counts"]["source"]["fever"] == 60
+    assert counts["fever/evidence_conflict/belief"] == 5
+    assert sum(v for k, v in counts.items() if k.startswith("scifact/evidence_consistent/")) == 2
+    uncapped = build_data(load_data_config(TINY, progress=False, personamem=None), tmp_path / "all")
+    dropped = uncapped["instances_out"] - m["instances_out"]
+    assert dropped == sum(m["instances_capped"].values()) > 0
+    assert set(m["instances_capped"]) <= set(caps)
