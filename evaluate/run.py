@@ -1,8 +1,8 @@
 """``memstate eval``: how much a checkpoint's reasoning states help the frozen responder on held-out instances.
 
-Two conditions, answered by the same responder in likelihood mode: **no state** (baseline) and **checkpoint**
-(one state sampled from the policy at the serve API's temperature, 0.3 by default, seeded; tiny models
-degenerate under greedy decoding). A state that fails ``parse_state`` cannot be used by a memory pipeline, so
+Two conditions, answered by the same responder (likelihood mode by default, or exact): **no state** (baseline)
+and **checkpoint** (one state sampled from the policy at the serve API's temperature, 0.3 by default, seeded; tiny
+models degenerate under greedy decoding). A state that fails ``parse_state`` cannot be used by a memory pipeline, so
 that instance is answered without rules; a state that leaks the answer is used as written (at deployment
 nobody knows the answer) and counted in the leak rate.
 """
@@ -25,7 +25,7 @@ from memstate.responder import TransformersResponder
 from memstate.rules import FormatError, parse_state
 from memstate.schema import Instance
 from reward.gates import leaks_answer
-from reward.likelihood import likelihood_judgements
+from reward.judge import judge
 
 logger = logging.getLogger("memstate.evaluate")
 
@@ -46,6 +46,7 @@ class EvalConfig:
     seed: int = field(default=0, metadata={"help": "Sampling seed (the same seed gives the same states)."})
     batch_size: int = field(default=16, metadata={"help": "Policy generation and responder batch size."})
     max_instances: int | None = field(default=None, metadata={"help": "Evaluate only the first N instances."})
+    score_mode: str = field(default="likelihood", metadata={"help": "Responder score mode: likelihood or exact."})
 
 
 def resolve_checkpoint(path: str | Path) -> Path:
@@ -105,8 +106,8 @@ def evaluate_checkpoint(config: EvalConfig) -> Path:
     states = [parse_state(t) for t in texts]
     rules = [None if isinstance(s, FormatError) else s.rules for s in states]
     responder = TransformersResponder(responder_model, batch_size=config.batch_size)
-    baseline = likelihood_judgements(responder, instances, [None] * len(instances))
-    with_state = likelihood_judgements(responder, instances, rules)
+    baseline = judge(responder, instances, [None] * len(instances), config.score_mode)
+    with_state = judge(responder, instances, rules, config.score_mode)
 
     records = []
     for inst, text, state, base, ours in zip(instances, texts, states, baseline, with_state, strict=True):
@@ -133,7 +134,7 @@ def evaluate_checkpoint(config: EvalConfig) -> Path:
         "data_dir": str(data_dir),
         "data_manifest_sha256": manifest_sha256(data_dir),
         "responder_model": str(responder_model),
-        "score_mode": "likelihood",
+        "score_mode": config.score_mode,
         "policy_sampling": {
             "temperature": config.temperature,
             "seed": config.seed,

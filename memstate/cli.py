@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import sys
 
@@ -39,6 +40,20 @@ def _train(args: argparse.Namespace, rest: list[str]) -> None:
     print(f"final model: {final}")
 
 
+def _reward(args: argparse.Namespace) -> None:
+    from memstate.responder import make_responder
+    from reward.precompute import precompute_baselines
+
+    http = {"concurrency": args.concurrency} if args.url else {}
+    responder = make_responder(args.responder, args.url, batch_size=args.batch_size, **http)
+    if args.url:
+        responder.check_health()
+    counts = precompute_baselines(responder, args.data, args.split, args.cache, args.mode, args.batch_size)
+    print(json.dumps(counts))
+    if counts["unscorable"]:
+        raise SystemExit(f"{counts['unscorable']} baselines could not be scored (responder errors); rerun to retry")
+
+
 def _eval(args: argparse.Namespace) -> None:
     from evaluate.run import EvalConfig, evaluate_checkpoint
 
@@ -53,6 +68,7 @@ def _eval(args: argparse.Namespace) -> None:
             max_instances=args.max_instances,
             temperature=args.temperature,
             seed=args.seed,
+            score_mode=args.score_mode,
         )
     )
     print(f"report: {out / 'report.md'}")
@@ -85,6 +101,20 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--config", required=True, help="Train YAML, e.g. configs/train/tiny_cpu.yaml.")
     p.add_argument("--resume", action="store_true", help="Continue from the last checkpoint in output_dir.")
 
+    p = sub.add_parser("reward", help="Reward utilities.")
+    reward_sub = p.add_subparsers(dest="reward_command", required=True)
+    p = reward_sub.add_parser(
+        "precompute-baselines", help="Fill the SQLite baseline cache for a dataset ahead of training (resumable)."
+    )
+    p.add_argument("--data", required=True, help="Built dataset dir.")
+    p.add_argument("--split", nargs="+", default=["train"], help="Splits to cache (default: train).")
+    p.add_argument("--responder", required=True, help="Responder model path/id, or the served name with --url.")
+    p.add_argument("--url", help="OpenAI-compatible endpoint of the responder (vllm serve).")
+    p.add_argument("--cache", required=True, help="SQLite cache file (created if missing).")
+    p.add_argument("--mode", choices=["likelihood", "exact"], default="likelihood", help="Score mode.")
+    p.add_argument("--batch-size", type=int, default=64, help="Instances per batch.")
+    p.add_argument("--concurrency", type=int, default=64, help="HTTP requests in flight (with --url).")
+
     p = sub.add_parser("eval", help="Evaluate a checkpoint: responder accuracy with and without its states.")
     p.add_argument("--checkpoint", required=True, help="Checkpoint dir, or a training output dir (uses final/).")
     p.add_argument("--split", default="test", help="Split to evaluate (default test).")
@@ -95,6 +125,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-instances", type=int, help="Evaluate only the first N instances.")
     p.add_argument("--temperature", type=float, default=0.3, help="Policy sampling temperature; 0 = greedy.")
     p.add_argument("--seed", type=int, default=0, help="Policy sampling seed (default 0).")
+    p.add_argument("--score-mode", choices=["likelihood", "exact"], default="likelihood", help="Responder scoring.")
     return parser
 
 
@@ -107,7 +138,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "train":
         _train(args, rest)
     else:
-        {"tiny-models": _tiny_models, "build-data": _build_data, "eval": _eval}[args.command](args)
+        commands = {"tiny-models": _tiny_models, "build-data": _build_data, "reward": _reward, "eval": _eval}
+        commands[args.command](args)
     return 0
 
 

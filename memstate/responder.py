@@ -1,8 +1,8 @@
 """The frozen responder: one ``Responder`` protocol, and the in-process ``transformers`` backend.
 
 The reward needs two things from a responder: greedy answers (exact mode) and the log-probability of
-given answer continuations (likelihood mode). The HTTP backend for a ``vllm serve`` of the responder
-implements the same protocol (reward issue).
+given answer continuations (likelihood mode). ``memstate.http_responder.OpenAIResponder`` implements the same
+protocol for a ``vllm serve`` of the responder.
 """
 
 from __future__ import annotations
@@ -23,15 +23,18 @@ class ContinuationLogprob(NamedTuple):
 
 
 class Responder(Protocol):
+    """``name`` identifies the weights (it keys the baseline cache). A result is ``None`` for a prompt the
+    responder could not answer (an HTTP backend after its retry budget); the in-process backend never returns it."""
+
     name: str
 
-    def answer(self, prompts: list[list[Message]], max_new_tokens: int = 32) -> list[str]:
+    def answer(self, prompts: list[list[Message]], max_new_tokens: int = 32) -> list[str | None]:
         """Greedy (temperature 0) answers to chat prompts."""
         ...
 
     def answer_logprob(
         self, prompts: list[list[Message]], continuations: list[list[str]]
-    ) -> list[list[ContinuationLogprob]]:
+    ) -> list[list[ContinuationLogprob] | None]:
         """For each prompt, the log-probability of each of its candidate answer continuations."""
         ...
 
@@ -113,3 +116,15 @@ class TransformersResponder:
             )
             answers += self.tokenizer.batch_decode(out[:, ids.shape[1] :], skip_special_tokens=True)
         return answers
+
+
+def make_responder(
+    model: str, url: str | None = None, *, batch_size: int = 16, device: str = "cpu", **http
+) -> Responder:
+    """The in-process responder for a model path/id, or — with ``url`` — the HTTP one for a server serving
+    ``model`` (``http``: OpenAIResponder options such as concurrency, timeout, max_retries, api_key)."""
+    if url:
+        from memstate.http_responder import OpenAIResponder
+
+        return OpenAIResponder(url, model, **http)
+    return TransformersResponder(model, batch_size=batch_size, device=device)

@@ -3,6 +3,9 @@
     R_i = Score(A(q, M_q, Z_i), y*) − Score(A(q, M_q), y*)
 
 The dataset rows carry the Instance fields as columns; TRL passes them to the reward function as lists.
+Order of work per call: gates (no responder call for a gated state) → baselines (cache first) → one responder
+prompt per distinct (instance, state) → gains. A completion whose state or baseline the responder could not
+score gets ``None``, which TRL leaves out of the advantage; training goes on and the count is logged.
 """
 
 from __future__ import annotations
@@ -12,10 +15,11 @@ from dataclasses import dataclass, field, fields
 
 from memstate.prompts import PROMPT_VERSION
 from memstate.responder import Responder
-from memstate.rules import FormatError, State, parse_state
+from memstate.rules import FormatError, parse_state
 from memstate.schema import Instance
+from reward.cache import BaselineCache, CacheKey
 from reward.gates import leaks_answer
-from reward.likelihood import Judgement, likelihood_judgements
+from reward.judge import MODES, Judgement, judge
 
 INSTANCE_FIELDS = tuple(f.name for f in fields(Instance))
 
@@ -24,29 +28,13 @@ INSTANCE_FIELDS = tuple(f.name for f in fields(Instance))
 class RewardConfig:
     """How completions are rewarded."""
 
-    mode: str = field(default="likelihood", metadata={"help": "Score mode: 'likelihood' (dense). 'exact' comes later."})
+    mode: str = field(default="likelihood", metadata={"help": "Score mode: 'likelihood' (dense) or 'exact'."})
     format_penalty: float = field(default=-1.0, metadata={"help": "Reward of a state that fails parse_state."})
     leak_penalty: float = field(default=-1.0, metadata={"help": "Reward of a state that contains the answer."})
 
     def __post_init__(self) -> None:
-        if self.mode != "likelihood":
-            raise ValueError(f"reward mode {self.mode!r} is not implemented yet; use 'likelihood'")
-
-
-class BaselineCache:
-    """In-memory cache of no-state judgements, keyed by (instance, responder, prompt version, mode)."""
-
-    def __init__(self) -> None:
-        self._store: dict[tuple[str, str, str, str], Judgement] = {}
-        self.hits = 0
-
-    def get(self, key: tuple[str, str, str, str]) -> Judgement | None:
-        value = self._store.get(key)
-        self.hits += value is not None
-        return value
-
-    def put(self, key: tuple[str, str, str, str], value: Judgement) -> None:
-        self._store[key] = value
+        if self.mode not in MODES:
+            raise ValueError(f"reward mode {self.mode!r} is not one of {list(MODES)}")
 
 
 def completion_text(completion: str | list[dict]) -> str:
@@ -68,31 +56,30 @@ def rows_to_instances(n: int, columns: dict[str, list]) -> list[Instance]:
 
 
 class CounterfactualGainReward:
-    """A TRL reward function (``prompts, completions, completion_ids, **columns``) -> one float per completion."""
+    """A TRL reward function (``prompts, completions, completion_ids, **columns``) -> one float or None each."""
 
     def __init__(self, responder: Responder, config: RewardConfig | None = None, cache: BaselineCache | None = None):
         self.responder = responder
         self.config = config or RewardConfig()
         self.cache = cache if cache is not None else BaselineCache()
+        self.responder_prompts = 0  # prompts sent to the responder, baselines included
+        self.unscorable = 0  # completions rewarded None
 
-    def _cache_key(self, instance: Instance) -> tuple[str, str, str, str]:
+    def _key(self, instance: Instance) -> CacheKey:
         return (instance.id, self.responder.name, PROMPT_VERSION, self.config.mode)
 
     def baselines(self, instances: list[Instance]) -> dict[str, Judgement]:
-        """No-state judgements per instance id, computed once and cached."""
-        out: dict[str, Judgement] = {}
-        todo: dict[str, Instance] = {}
-        for inst in instances:
-            cached = self.cache.get(self._cache_key(inst))
-            if cached is not None:
-                out[inst.id] = cached
-            else:
-                todo[inst.id] = inst
+        """No-state judgements per instance id (cache first); an instance the responder failed on is absent."""
+        unique = list({inst.id: inst for inst in instances}.values())
+        cached = self.cache.get_many([self._key(i) for i in unique])
+        out = {key[0]: j for key, j in cached.items()}
+        todo = [i for i in unique if i.id not in out]
         if todo:
-            fresh = likelihood_judgements(self.responder, list(todo.values()), [None] * len(todo))
-            for inst, judgement in zip(todo.values(), fresh, strict=True):
-                self.cache.put(self._cache_key(inst), judgement)
-                out[inst.id] = judgement
+            self.responder_prompts += len(todo)
+            fresh = judge(self.responder, todo, [None] * len(todo), self.config.mode)
+            scored = {self._key(i): j for i, j in zip(todo, fresh, strict=True) if j is not None}
+            self.cache.put_many(scored)  # failures are not cached: they are retried next time
+            out |= {key[0]: j for key, j in scored.items()}
         return out
 
     def __call__(
@@ -105,7 +92,7 @@ class CounterfactualGainReward:
     ) -> list[float | None]:
         n = len(completions)
         instances = rows_to_instances(n, columns)
-        hits_before = self.cache.hits
+        hits_before, prompts_before = self.cache.hits, self.responder_prompts
         parsed = [parse_state(completion_text(c)) for c in completions]
         rewards: list[float | None] = [None] * n
         to_score: dict[tuple[str, str], list[int]] = {}  # (instance id, state text) -> completion indices
@@ -120,20 +107,29 @@ class CounterfactualGainReward:
             else:
                 to_score.setdefault((inst.id, state.text), []).append(i)
 
-        # Baselines for every instance in the batch (cached after the first time): they give the gain and
-        # the logged baseline accuracy even when all of an instance's states were gated.
-        base = self.baselines(list({inst.id: inst for inst in instances}.values()))
-        if to_score:
-            first = [idx[0] for idx in to_score.values()]
-            scored_instances = [instances[i] for i in first]
-            states: list[State] = [parsed[i] for i in first]  # type: ignore[misc]
-            with_state = likelihood_judgements(self.responder, scored_instances, [s.rules for s in states])
-            for idx, inst, judgement in zip(to_score.values(), scored_instances, with_state, strict=True):
+        # Baselines for every instance in the batch (cached after the first time): they give the gain and the
+        # logged baseline accuracy even when all of an instance's states were gated.
+        base = self.baselines(instances)
+        groups = [idx for (inst_id, _), idx in to_score.items() if inst_id in base]
+        n_unscorable = sum(len(idx) for (inst_id, _), idx in to_score.items() if inst_id not in base)
+        changed = []
+        if groups:
+            self.responder_prompts += len(groups)
+            scored_instances = [instances[idx[0]] for idx in groups]
+            with_state = judge(
+                self.responder, scored_instances, [parsed[idx[0]].rules for idx in groups], self.config.mode
+            )
+            for idx, inst, ours in zip(groups, scored_instances, with_state, strict=True):
+                if ours is None:
+                    n_unscorable += len(idx)
+                    continue
                 for i in idx:
-                    rewards[i] = judgement.score - base[inst.id].score
+                    rewards[i] = ours.score - base[inst.id].score
+                changed += [ours.answer != base[inst.id].answer] * len(idx)
+        self.unscorable += n_unscorable
 
         if log_metric is not None:
-            gains = [rewards[i] for idx in to_score.values() for i in idx]
+            gains = [rewards[i] for idx in groups for i in idx if rewards[i] is not None]
             closed = [j.correct for j in base.values() if j.correct is not None]
             log_metric("memstate/format_rate", 1 - n_format / n)
             log_metric("memstate/leak_rate", n_leak / n)
@@ -141,7 +137,10 @@ class CounterfactualGainReward:
                 log_metric("memstate/gain_mean", sum(gains) / len(gains))
             if closed:
                 log_metric("memstate/baseline_accuracy", sum(closed) / len(closed))
-            log_metric("memstate/responder_prompts", float(len(to_score)))
+            if changed:
+                log_metric("memstate/answer_changed_rate", sum(changed) / len(changed))
+            log_metric("memstate/responder_prompts", float(self.responder_prompts - prompts_before))
             log_metric("memstate/dedup_hits", float(sum(len(v) - 1 for v in to_score.values())))
             log_metric("memstate/cache_hits", float(self.cache.hits - hits_before))
+            log_metric("memstate/unscorable", float(n_unscorable))
         return rewards

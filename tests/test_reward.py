@@ -3,9 +3,10 @@ import pytest
 from memstate.prompts import PROMPT_VERSION
 from memstate.responder import TransformersResponder
 from memstate.rules import parse_state
-from reward.counterfactual import BaselineCache, CounterfactualGainReward, RewardConfig
+from reward.cache import BaselineCache
+from reward.counterfactual import CounterfactualGainReward, RewardConfig
 from reward.gates import leaks_answer
-from reward.likelihood import likelihood_judgements
+from reward.judge import exact_judgements, likelihood_judgements
 
 GOOD = "- Weigh the evidence in {ev} against the user's claim in {user}.\n- Answer from the evidence facts only."
 
@@ -19,6 +20,7 @@ class CountingResponder:
         self.prompts = []
 
     def answer(self, prompts, max_new_tokens=32):
+        self.prompts += prompts
         return self.inner.answer(prompts, max_new_tokens)
 
     def answer_logprob(self, prompts, continuations):
@@ -80,7 +82,7 @@ def test_dedup_and_baseline_cache(responder, fever_train):
     reward(prompts=[None], completions=[state + "\n- Check F1."], log_metric=metrics.__setitem__, **columns([inst]))
     assert len(counting.prompts) == 3  # baseline came from the cache
     assert metrics["memstate/cache_hits"] == 1.0
-    assert (inst.id, responder.name, PROMPT_VERSION, "likelihood") in cache._store
+    assert cache.get_many([(inst.id, responder.name, PROMPT_VERSION, "likelihood")])
 
 
 def test_metrics_are_logged(responder, fever_train):
@@ -92,7 +94,7 @@ def test_metrics_are_logged(responder, fever_train):
     )
     assert metrics["memstate/format_rate"] == 0.5
     assert metrics["memstate/leak_rate"] == 0.0
-    assert metrics["memstate/responder_prompts"] == 1.0
+    assert metrics["memstate/responder_prompts"] == 3.0  # two baselines and the one well-formed state
     assert 0.0 <= metrics["memstate/baseline_accuracy"] <= 1.0
     assert "memstate/gain_mean" in metrics
 
@@ -110,3 +112,89 @@ def test_batched_scoring_matches_one_by_one(responder, fever_train):
     assert [b.score for b in batched] == pytest.approx([s.score for s in single], abs=1e-5)
     assert [b.correct for b in batched] == [s.correct for s in single]
     assert all(0.0 <= b.score <= 1.0 for b in batched)
+
+
+@pytest.mark.parametrize("mode", ["likelihood", "exact"])
+def test_both_modes_give_gain_state_minus_baseline(responder, fever_train, mode):
+    insts = fever_train[3:7]
+    states = [good_state(i) for i in insts]
+    counting = CountingResponder(responder)
+    reward = CounterfactualGainReward(counting, RewardConfig(mode=mode))
+    out = reward(prompts=[None] * 4, completions=states, **columns(insts))
+    judge_fn = likelihood_judgements if mode == "likelihood" else exact_judgements
+    base = judge_fn(responder, insts, [None] * 4)
+    ours = judge_fn(responder, insts, [parse_state(s).rules for s in states])
+    assert out == pytest.approx([o.score - b.score for o, b in zip(ours, base, strict=True)], abs=1e-6)
+    if mode == "exact":
+        assert set(out) <= {-1.0, 0.0, 1.0}
+        assert all(b.answer is not None and b.score in (0.0, 1.0) for b in base)
+    assert len(counting.prompts) == 8  # 4 baselines + 4 states
+
+
+def test_exact_mode_scores_the_generated_letter(fever_train):
+    class Fixed:
+        name = "fixed"
+
+        def __init__(self, answers):
+            self.answers = answers
+
+        def answer(self, prompts, max_new_tokens=32):
+            return self.answers[: len(prompts)]
+
+    inst = fever_train[0]
+    right, wrong = inst.answer_letter, next(x for x in "ABC" if x != inst.answer_letter)
+    judged = exact_judgements(Fixed([f"({right})", wrong, None]), [inst] * 3, [None] * 3)
+    assert [j and j.score for j in judged] == [1.0, 0.0, None]
+
+
+def test_sqlite_cache_survives_a_process_restart(tiny_models, fever_data, tmp_path):
+    import subprocess
+    import sys
+
+    cache_file = tmp_path / "baselines.sqlite"
+    fill = (
+        "from memstate.cli import main; import sys; sys.exit(main(['--log-level', 'WARNING', 'reward', "
+        f"'precompute-baselines', '--data', {str(fever_data)!r}, '--split', 'test', '--responder', "
+        f"{str(tiny_models['responder'])!r}, '--cache', {str(cache_file)!r}]))"
+    )
+    done = subprocess.run([sys.executable, "-c", fill], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert '"unscorable": 0' in done.stdout
+
+    from memstate.data import load_split
+
+    test = load_split(fever_data, "test")
+    inner = TransformersResponder(str(tiny_models["responder"]))
+    counting = CountingResponder(inner)
+    cache = BaselineCache(cache_file)
+    assert len(cache) == len(test)
+    reward = CounterfactualGainReward(counting, cache=cache)
+    metrics = {}
+    reward(prompts=[None] * 2, completions=[good_state(test[0])] * 2, log_metric=metrics.__setitem__,
+           **columns(test[:2]))  # fmt: skip
+    assert metrics["memstate/cache_hits"] == 2.0
+    # only the two states were scored; both baselines came from the other process's cache
+    assert len(counting.prompts) == 2 and all(
+        "Rules for using the memories" in p[1]["content"] for p in counting.prompts
+    )
+    fresh = likelihood_judgements(inner, test[:2], [None, None])
+    cached = cache.get_many([(i.id, inner.name, PROMPT_VERSION, "likelihood") for i in test[:2]])
+    assert sorted(j.score for j in cached.values()) == pytest.approx(sorted(j.score for j in fresh), abs=1e-6)
+
+
+def test_unscorable_completions_get_none_and_are_counted(responder, fever_train):
+    class Flaky(CountingResponder):
+        def answer_logprob(self, prompts, continuations):
+            out = super().answer_logprob(prompts, continuations)
+            return [
+                None if "Rules for using the memories" in p[1]["content"] else r
+                for p, r in zip(prompts, out, strict=True)
+            ]
+
+    insts = fever_train[:2]
+    reward = CounterfactualGainReward(Flaky(responder))
+    metrics = {}
+    out = reward(prompts=[None] * 3, completions=["junk", good_state(insts[1]), good_state(insts[1])],
+                 log_metric=metrics.__setitem__, **columns([insts[0], insts[1], insts[1]]))  # fmt: skip
+    assert out == [-1.0, None, None]
+    assert metrics["memstate/unscorable"] == 2.0 and reward.unscorable == 2

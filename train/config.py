@@ -14,14 +14,32 @@ class MemstateTrainArguments:
     policy_model: str = field(
         metadata={"help": "Policy to train: a local path or hub id (tiny: runs/tiny-models/policy)."}
     )
-    responder_model: str = field(metadata={"help": "Frozen responder that measures the answer gain (in-process)."})
+    responder_model: str = field(
+        metadata={
+            "help": "Frozen responder that measures the answer gain: a local path/hub id loaded in-process, or, "
+            "with responder_url, the model name the server serves."
+        }
+    )
     data_dir: str = field(metadata={"help": "Built Instance dataset (memstate build-data output)."})
     train_split: str = field(default="train", metadata={"help": "Split to train on."})
     max_train_instances: int | None = field(default=None, metadata={"help": "Use only the first N instances."})
-    reward_mode: str = field(default="likelihood", metadata={"help": "Counterfactual score mode (likelihood)."})
+    reward_mode: str = field(default="likelihood", metadata={"help": "Score mode: likelihood (dense) or exact."})
     format_penalty: float = field(default=-1.0, metadata={"help": "Reward of a state that fails parse_state."})
     leak_penalty: float = field(default=-1.0, metadata={"help": "Reward of a state that contains the answer."})
-    responder_batch_size: int = field(default=32, metadata={"help": "Prompts per responder forward pass."})
+    responder_url: str | None = field(
+        default=None, metadata={"help": "OpenAI-compatible endpoint of the responder (vllm serve), e.g. http://h:8000"}
+    )
+    responder_api_key_env: str | None = field(
+        default=None, metadata={"help": "Environment variable holding the endpoint's API key, if it needs one."}
+    )
+    responder_concurrency: int = field(default=64, metadata={"help": "HTTP requests in flight at once."})
+    responder_timeout: float = field(default=120.0, metadata={"help": "Seconds per HTTP request."})
+    responder_max_retries: int = field(default=4, metadata={"help": "Retries per HTTP request before giving up."})
+    responder_batch_size: int = field(default=32, metadata={"help": "Prompts per forward pass (in-process)."})
+    baseline_cache: str | None = field(
+        default=None,
+        metadata={"help": "SQLite file of no-state baselines, shared by runs (fill it with precompute-baselines)."},
+    )
     format_warmup_steps: int = field(
         default=0,
         metadata={

@@ -19,8 +19,9 @@ from trl import GRPOConfig, GRPOTrainer
 
 from memstate.data import load_split, manifest_sha256
 from memstate.prompts import PROMPT_VERSION, policy_messages
-from memstate.responder import TransformersResponder
+from memstate.responder import make_responder
 from memstate.schema import Instance
+from reward.cache import BaselineCache
 from reward.counterfactual import CounterfactualGainReward, RewardConfig
 from train.config import MemstateTrainArguments
 from train.warmup import format_warmup
@@ -46,6 +47,18 @@ class StageTimer:
 def grpo_dataset(instances: list[Instance]) -> Dataset:
     """Conversational prompts plus every Instance field as a column (TRL hands the columns to the reward)."""
     return Dataset.from_list([{"prompt": policy_messages(i), **i.to_dict()} for i in instances])
+
+
+def responder_http_options(args: MemstateTrainArguments) -> dict:
+    if not args.responder_url:
+        return {}
+    key = os.environ.get(args.responder_api_key_env) if args.responder_api_key_env else None
+    return {
+        "api_key": key,
+        "concurrency": args.responder_concurrency,
+        "timeout": args.responder_timeout,
+        "max_retries": args.responder_max_retries,
+    }
 
 
 def run_metadata(script_args: MemstateTrainArguments, grpo_config: GRPOConfig) -> dict:
@@ -112,11 +125,15 @@ def train(script_args: MemstateTrainArguments, grpo_config: GRPOConfig, *, resum
         policy = str(warm_dir)
 
     with timers("load_responder"):
-        responder = TransformersResponder(
+        responder = make_responder(
             script_args.responder_model,
+            script_args.responder_url,
             batch_size=script_args.responder_batch_size,
             device="cpu" if grpo_config.use_cpu else "cuda",
+            **responder_http_options(script_args),
         )
+        if script_args.responder_url:
+            responder.check_health()  # a responder that is down fails here, before any training starts
         reward = CounterfactualGainReward(
             responder,
             RewardConfig(
@@ -124,6 +141,7 @@ def train(script_args: MemstateTrainArguments, grpo_config: GRPOConfig, *, resum
                 format_penalty=script_args.format_penalty,
                 leak_penalty=script_args.leak_penalty,
             ),
+            BaselineCache(script_args.baseline_cache),
         )
 
     metadata = run_metadata(script_args, grpo_config)

@@ -1,0 +1,268 @@
+"""The responder behind an OpenAI-compatible server (``vllm serve``): async, bounded, retried, fault-tolerant.
+
+Implements the ``Responder`` protocol for the reward:
+
+- ``answer`` (exact mode): ``POST /v1/chat/completions`` at temperature 0.
+- ``answer_logprob`` (likelihood mode): the chat prompt is tokenized by the server (``POST /tokenize`` with
+  ``messages``, so the served chat template is the one used), the continuation's tokens are appended, and
+  ``POST /v1/completions`` with ``prompt_logprobs`` returns the log-probability of every prompt token — one
+  prefill, no decoding. The candidates of one prompt share their whole prefix (vLLM prefix caching).
+
+Requests run on one background event loop with one connection pool, at most ``concurrency`` at a time, each with
+a timeout, retried with exponential backoff and jitter on transport errors, timeouts, 429/5xx and malformed
+replies. A prompt whose requests still fail after the retry budget gets ``None`` (the reward leaves it out); the
+counters in ``stats`` say what happened.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+import threading
+from dataclasses import asdict, dataclass
+
+import httpx
+
+from memstate.prompts import Message
+from memstate.responder import ContinuationLogprob
+
+
+class ResponderUnavailable(RuntimeError):
+    """The responder endpoint cannot be reached or does not serve the expected model."""
+
+
+class _BadReply(ValueError):
+    """A reply that is not what the API promises (not JSON, missing fields)."""
+
+
+class _GaveUp(RuntimeError):
+    """A request that failed after every retry."""
+
+
+@dataclass
+class HTTPStats:
+    """What the client did: requests sent (retries included), retries, and how they failed."""
+
+    requests: int = 0
+    retries: int = 0
+    timeouts: int = 0
+    server_errors: int = 0  # 429 and 5xx
+    transport_errors: int = 0
+    bad_replies: int = 0
+    gave_up: int = 0  # requests that exhausted the retry budget
+    unscorable_prompts: int = 0  # prompts answered with None
+
+    def as_dict(self) -> dict[str, int]:
+        return asdict(self)
+
+
+class OpenAIResponder:
+    """A ``Responder`` reached over HTTP. ``name`` identifies the weights in cache keys (default: ``model``)."""
+
+    def __init__(
+        self,
+        base_url: str,
+        model: str,
+        *,
+        name: str | None = None,
+        api_key: str | None = None,
+        concurrency: int = 16,
+        timeout: float = 60.0,
+        max_retries: int = 3,
+        backoff: float = 0.5,
+        chat_template_kwargs: dict | None = None,
+        seed: int = 0,
+    ):
+        self.base_url = base_url.rstrip("/")
+        self.model = model
+        self.name = name or model
+        self.timeout = timeout
+        self.max_retries = max_retries
+        self.backoff = backoff
+        # Qwen3 responders answer directly; templates without the flag ignore it.
+        self.chat_template_kwargs = {"enable_thinking": False} if chat_template_kwargs is None else chat_template_kwargs
+        self.stats = HTTPStats()
+        self._headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        self._concurrency = concurrency
+        self._rng = random.Random(seed)
+        self._token_cache: dict[str, list[int]] = {}
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, name="responder-http", daemon=True)
+        self._thread.start()
+        self._client, self._semaphore = self._run(self._open())
+
+    async def _open(self) -> tuple[httpx.AsyncClient, asyncio.Semaphore]:
+        limits = httpx.Limits(max_connections=self._concurrency, max_keepalive_connections=self._concurrency)
+        client = httpx.AsyncClient(base_url=self.base_url, headers=self._headers, limits=limits, timeout=self.timeout)
+        return client, asyncio.Semaphore(self._concurrency)
+
+    def _run(self, coro):
+        return asyncio.run_coroutine_threadsafe(coro, self._loop).result()
+
+    def close(self) -> None:
+        if self._loop.is_running():
+            self._run(self._client.aclose())
+            self._loop.call_soon_threadsafe(self._loop.stop)
+            self._thread.join(timeout=5)
+
+    # ---- health -------------------------------------------------------------------------------------------------
+
+    def check_health(self) -> None:
+        """Raise ``ResponderUnavailable`` unless the server answers and serves ``model`` (call before training)."""
+        try:
+            models = self._run(self._request("GET", "/v1/models", None, retry=False))
+        except _GaveUp as e:
+            raise ResponderUnavailable(f"responder at {self.base_url} is unreachable: {e}") from None
+        served = [m.get("id") for m in models.get("data", []) if isinstance(m, dict)]
+        if self.model not in served:
+            raise ResponderUnavailable(f"responder at {self.base_url} serves {served}, not {self.model!r}")
+
+    # ---- requests -----------------------------------------------------------------------------------------------
+
+    async def _request(self, method: str, path: str, payload: dict | None, *, retry: bool = True) -> dict:
+        attempts = self.max_retries + 1 if retry else 1
+        last = ""
+        for attempt in range(attempts):
+            if attempt:
+                self.stats.retries += 1
+                await asyncio.sleep(self.backoff * 2 ** (attempt - 1) * (0.5 + self._rng.random()))
+            async with self._semaphore:
+                self.stats.requests += 1
+                try:
+                    reply = await self._client.request(method, path, json=payload)
+                except httpx.TimeoutException as e:
+                    self.stats.timeouts += 1
+                    last = f"timeout after {self.timeout} s ({type(e).__name__})"
+                    continue
+                except httpx.TransportError as e:
+                    self.stats.transport_errors += 1
+                    last = f"{type(e).__name__}: {e}"
+                    continue
+            if reply.status_code == 429 or reply.status_code >= 500:
+                self.stats.server_errors += 1
+                last = f"HTTP {reply.status_code}: {reply.text[:200]}"
+                continue
+            if reply.status_code >= 400:  # our request is wrong: retrying cannot help
+                self.stats.gave_up += 1
+                raise _GaveUp(f"{path}: HTTP {reply.status_code}: {reply.text[:300]}")
+            try:
+                body = reply.json()
+                if not isinstance(body, dict):
+                    raise _BadReply(f"expected a JSON object, got {type(body).__name__}")
+                return body
+            except (json.JSONDecodeError, _BadReply) as e:
+                self.stats.bad_replies += 1
+                last = f"malformed reply: {e}"
+        self.stats.gave_up += 1
+        raise _GaveUp(f"{path}: {last} ({attempts} attempt(s))")
+
+    async def _checked(self, path: str, payload: dict, parse):
+        """POST and parse; a reply that does not parse counts as a bad reply and is retried like a failure."""
+        for attempt in range(self.max_retries + 1):
+            body = await self._request("POST", path, payload)
+            try:
+                return parse(body)
+            except (KeyError, IndexError, TypeError, ValueError) as e:
+                self.stats.bad_replies += 1
+                if attempt == self.max_retries:
+                    self.stats.gave_up += 1
+                    raise _GaveUp(f"{path}: malformed reply: {type(e).__name__}: {e}") from None
+                self.stats.retries += 1
+        raise AssertionError("unreachable")
+
+    async def _tokens(self, key: str, payload: dict) -> list[int]:
+        if key not in self._token_cache:
+            tokens = await self._checked("/tokenize", {"model": self.model, **payload}, _parse_tokens)
+            self._token_cache[key] = tokens
+        return self._token_cache[key]
+
+    async def _prompt_tokens(self, messages: list[Message]) -> list[int]:
+        payload = {"messages": messages, "add_generation_prompt": True}
+        if self.chat_template_kwargs:
+            payload["chat_template_kwargs"] = self.chat_template_kwargs
+        return await self._tokens("chat:" + json.dumps(messages, sort_keys=True), payload)
+
+    async def _continuation_logprob(self, prompt_ids: list[int], continuation: str) -> ContinuationLogprob:
+        cont = await self._tokens("text:" + continuation, {"prompt": continuation, "add_special_tokens": False})
+        if not cont:
+            raise _GaveUp(f"continuation {continuation!r} has no tokens")
+        payload = {
+            "model": self.model,
+            "prompt": prompt_ids + cont,
+            "max_tokens": 1,
+            "temperature": 0.0,
+            "prompt_logprobs": 0,
+        }
+        logprob = await self._checked("/v1/completions", payload, lambda body: _sum_prompt_logprobs(body, cont))
+        return ContinuationLogprob(logprob, len(cont))
+
+    async def _logprobs_for(self, messages: list[Message], continuations: list[str]):
+        try:
+            prompt_ids = await self._prompt_tokens(messages)
+            return list(await asyncio.gather(*(self._continuation_logprob(prompt_ids, c) for c in continuations)))
+        except _GaveUp:
+            self.stats.unscorable_prompts += 1
+            return None
+
+    async def _answer_for(self, messages: list[Message], max_new_tokens: int) -> str | None:
+        payload = {"model": self.model, "messages": messages, "temperature": 0.0, "max_tokens": max_new_tokens}
+        if self.chat_template_kwargs:
+            payload["chat_template_kwargs"] = self.chat_template_kwargs
+        try:
+            return await self._checked("/v1/chat/completions", payload, _parse_chat)
+        except _GaveUp:
+            self.stats.unscorable_prompts += 1
+            return None
+
+    # ---- Responder protocol -------------------------------------------------------------------------------------
+
+    def answer_logprob(
+        self, prompts: list[list[Message]], continuations: list[list[str]]
+    ) -> list[list[ContinuationLogprob] | None]:
+        async def run():
+            return await asyncio.gather(
+                *(self._logprobs_for(p, c) for p, c in zip(prompts, continuations, strict=True))
+            )
+
+        return list(self._run(run()))
+
+    def answer(self, prompts: list[list[Message]], max_new_tokens: int = 32) -> list[str | None]:
+        async def run():
+            return await asyncio.gather(*(self._answer_for(p, max_new_tokens) for p in prompts))
+
+        return list(self._run(run()))
+
+
+def _parse_tokens(body: dict) -> list[int]:
+    tokens = body["tokens"]
+    if not isinstance(tokens, list) or not all(isinstance(t, int) for t in tokens):
+        raise ValueError(f"'tokens' is not a list of ints: {str(tokens)[:80]}")
+    return tokens
+
+
+def _parse_chat(body: dict) -> str:
+    content = body["choices"][0]["message"]["content"]
+    if not isinstance(content, str):
+        raise ValueError(f"'content' is {type(content).__name__}")
+    return content
+
+
+def _sum_prompt_logprobs(body: dict, cont: list[int]) -> float:
+    """Sum of the log-probs of the last ``len(cont)`` prompt tokens (vLLM ``prompt_logprobs``: one dict per
+    prompt position, keyed by token id as a string, always holding the actual token).
+
+    >>> body = {"choices": [{"prompt_logprobs": [None, {"5": {"logprob": -1.0}}, {"7": {"logprob": -0.5}}]}]}
+    >>> _sum_prompt_logprobs(body, [7])
+    -0.5
+    """
+    positions = body["choices"][0]["prompt_logprobs"][-len(cont) :]
+    if len(positions) != len(cont):
+        raise ValueError(f"{len(positions)} prompt log-probs for {len(cont)} continuation tokens")
+    total = 0.0
+    for token, entry in zip(cont, positions, strict=True):
+        lp = entry[str(token)]["logprob"]
+        if not isinstance(lp, (int, float)):
+            raise ValueError(f"log-prob of token {token} is {lp!r}")
+        total += float(lp)
+    return total

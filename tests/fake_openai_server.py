@@ -1,0 +1,95 @@
+"""A real HTTP server on 127.0.0.1 speaking the slice of vLLM's OpenAI API the HTTP responder uses, that fails,
+stalls or garbles a configurable share of requests and counts what it did. Values are synthetic but deterministic:
+token ids are the bytes of the text, a token's log-prob depends only on its id, the chat answer is "A"."""
+
+from __future__ import annotations
+
+import json
+import random
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+
+class FaultyOpenAIServer:
+    def __init__(self, *, fail: float = 0.0, stall: float = 0.0, garbage: float = 0.0, stall_s: float = 1.0, seed=0):
+        self.fail, self.stall, self.garbage, self.stall_s = fail, stall, garbage, stall_s
+        self.counts = {"requests": 0, "failed": 0, "stalled": 0, "garbage": 0, "ok": 0}
+        self._rng = random.Random(seed)
+        self._lock = threading.Lock()
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args):  # keep pytest output clean
+                pass
+
+            def do_GET(self):
+                server._serve(self, None)
+
+            def do_POST(self):
+                length = int(self.headers.get("Content-Length", 0))
+                server._serve(self, json.loads(self.rfile.read(length) or b"{}"))
+
+        class Server(ThreadingHTTPServer):
+            request_queue_size = 128  # the default listen backlog (5) would make connects time out under load
+
+        self.httpd = Server(("127.0.0.1", 0), Handler)
+        self.httpd.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
+        self._thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+
+    def __enter__(self) -> FaultyOpenAIServer:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+    def _outcome(self) -> str:
+        with self._lock:
+            self.counts["requests"] += 1
+            r = self._rng.random()
+            outcome = (
+                "failed" if r < self.fail else
+                "stalled" if r < self.fail + self.stall else
+                "garbage" if r < self.fail + self.stall + self.garbage else "ok"
+            )  # fmt: skip
+            self.counts[outcome] += 1
+            return outcome
+
+    def _serve(self, handler: BaseHTTPRequestHandler, body: dict | None) -> None:
+        outcome = self._outcome()
+        try:
+            if outcome == "stalled":
+                time.sleep(self.stall_s)  # the client has timed out by now
+                return
+            if outcome == "failed":
+                return self._send(handler, 500, b'{"error": "injected failure"}')
+            if outcome == "garbage":
+                return self._send(handler, 200, b"<html>not json")
+            self._send(handler, 200, json.dumps(self._reply(handler.path, body)).encode())
+        except (BrokenPipeError, ConnectionResetError):
+            pass
+
+    @staticmethod
+    def _send(handler: BaseHTTPRequestHandler, status: int, payload: bytes) -> None:
+        handler.send_response(status)
+        handler.send_header("Content-Type", "application/json")
+        handler.send_header("Content-Length", str(len(payload)))
+        handler.end_headers()
+        handler.wfile.write(payload)
+
+    @staticmethod
+    def _reply(path: str, body: dict | None) -> dict:
+        if path == "/v1/models":
+            return {"object": "list", "data": [{"id": "fake-responder", "object": "model"}]}
+        if path == "/tokenize":
+            text = json.dumps(body["messages"]) if "messages" in body else body["prompt"]
+            return {"tokens": list(text.encode()[:64]), "count": min(len(text.encode()), 64)}
+        if path == "/v1/completions":
+            logprobs = [None] + [{str(t): {"logprob": -0.1 * (1 + t % 7), "rank": 1}} for t in body["prompt"][1:]]
+            return {"choices": [{"text": "A", "prompt_logprobs": logprobs}]}
+        if path == "/v1/chat/completions":
+            return {"choices": [{"message": {"role": "assistant", "content": "A"}}]}
+        raise KeyError(path)

@@ -1,0 +1,82 @@
+"""The HTTP responder against a real local server that fails, stalls and garbles requests."""
+
+import math
+
+import pytest
+from fake_openai_server import FaultyOpenAIServer
+
+from memstate.http_responder import OpenAIResponder, ResponderUnavailable
+from memstate.prompts import responder_messages
+from reward.counterfactual import CounterfactualGainReward, RewardConfig
+
+STATE = "- Weigh the evidence against the user's view.\n- Answer from the evidence facts only."
+
+
+def columns(instances):
+    return {k: [inst.to_dict()[k] for inst in instances] for k in instances[0].to_dict()}
+
+
+def client(url: str, **kw) -> OpenAIResponder:
+    return OpenAIResponder(url, "fake-responder", **{"timeout": 2.0, "max_retries": 2, "backoff": 0.01} | kw)
+
+
+def test_clean_server_agrees_with_the_synthetic_logprobs(fever_train):
+    with FaultyOpenAIServer() as server:
+        responder = client(server.url)
+        responder.check_health()
+        [[a, b]] = responder.answer_logprob([responder_messages(fever_train[0])], [["A", "BC"]])
+        assert a.n_tokens == 1 and a.logprob == pytest.approx(-0.1 * (1 + ord("A") % 7))
+        assert b.n_tokens == 2 and b.logprob == pytest.approx(-0.1 * (2 + ord("B") % 7 + ord("C") % 7))
+        assert responder.answer([responder_messages(fever_train[0])]) == ["A"]
+        responder.close()
+
+
+@pytest.mark.parametrize("mode", ["likelihood", "exact"])
+def test_faults_never_escape_and_counters_match_the_server(fever_train, mode):
+    instances = [i for i in fever_train[:24] for _ in range(2)]  # 2 candidates each
+    completions = [STATE if n % 2 else STATE + "\n- Check F1 twice." for n in range(len(instances))]
+    with FaultyOpenAIServer(fail=0.2, stall=0.03, garbage=0.05, stall_s=2.5, seed=1) as server:
+        responder = client(server.url, concurrency=8)
+        reward = CounterfactualGainReward(responder, RewardConfig(mode=mode))
+        metrics = {}
+        out = reward(prompts=[None] * len(instances), completions=completions, log_metric=metrics.__setitem__,
+                     **columns(instances))  # fmt: skip
+        responder.close()
+    assert len(out) == len(instances)
+    assert all(r is None or (isinstance(r, float) and math.isfinite(r) and -1.0 <= r <= 1.0) for r in out)
+    stats, counts = responder.stats, server.counts
+    assert counts["failed"] > 0 and counts["stalled"] > 0 and counts["garbage"] > 0
+    assert stats.requests == counts["requests"]
+    assert stats.server_errors == counts["failed"]
+    assert stats.timeouts == counts["stalled"]
+    assert stats.bad_replies == counts["garbage"]
+    assert sum(r is None for r in out) == metrics["memstate/unscorable"] == reward.unscorable
+
+
+def test_retry_budget_exhaustion_gives_none_not_an_exception(fever_train):
+    with FaultyOpenAIServer(fail=1.0) as server:
+        responder = client(server.url, max_retries=2)
+        assert responder.answer([responder_messages(fever_train[0])]) == [None]
+        assert server.counts["requests"] == 3 and responder.stats.gave_up == 1
+        assert responder.stats.unscorable_prompts == 1
+        responder.close()
+
+
+def test_a_responder_that_is_down_is_a_clear_error_at_start():
+    import socket
+
+    with socket.socket() as s:  # a port on which nothing listens
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    responder = client(f"http://127.0.0.1:{port}")
+    with pytest.raises(ResponderUnavailable, match=f"127.0.0.1:{port} is unreachable"):
+        responder.check_health()
+    responder.close()
+
+
+def test_wrong_model_name_is_a_clear_error():
+    with FaultyOpenAIServer() as server:
+        responder = OpenAIResponder(server.url, "other-model")
+        with pytest.raises(ResponderUnavailable, match=r"serves \['fake-responder'\], not 'other-model'"):
+            responder.check_health()
+        responder.close()
