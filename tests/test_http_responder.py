@@ -80,3 +80,22 @@ def test_wrong_model_name_is_a_clear_error():
         with pytest.raises(ResponderUnavailable, match=r"serves \['fake-responder'\], not 'other-model'"):
             responder.check_health()
         responder.close()
+
+
+def test_training_with_a_down_responder_fails_before_training(tiny_models, fever_data, tmp_path):
+    import socket
+
+    from memstate.cli import main
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    args = [
+        "train", "--config", "configs/train/tiny_cpu.yaml",
+        "--policy_model", str(tiny_models["policy"]), "--responder_model", "tiny-responder",
+        "--responder_url", f"http://127.0.0.1:{port}", "--responder_max_retries", "0",
+        "--data_dir", str(fever_data), "--output_dir", str(tmp_path / "run"),
+    ]  # fmt: skip
+    with pytest.raises(ResponderUnavailable, match="unreachable"):
+        main(args)
+    assert not (tmp_path / "run" / "format-warmup").exists()  # nothing was trained

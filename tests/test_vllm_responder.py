@@ -53,8 +53,10 @@ def instances(tmp_path_factory):
     config = load_data_config(ROOT / "configs" / "data" / "tiny.yaml")
     config.progress = False
     build_data(config, out)
-    train, test = load_split(out, "train"), load_split(out, "test")
-    picked = test[:10] + [i for i in train if i.source == "personamem"][:6]
+    pool = load_split(out, "test") + load_split(out, "train")
+    picked = []
+    for source, k in (("fever", 6), ("scifact", 4), ("personamem", 6)):
+        picked += [i for i in pool if i.source == source][:k]
     assert all(i.candidates for i in picked) and {i.source for i in picked} == {"fever", "scifact", "personamem"}
     return picked
 
@@ -68,7 +70,7 @@ def letters_of(instances):
     return [option_letters(len(i.candidates)) for i in instances for _ in (None, RULES)]
 
 
-def test_http_endpoints_match_the_in_process_model(server, local, instances):
+def test_http_endpoints_match_the_in_process_model(instances, local, server):
     models = http_json(f"{server}/v1/models")["data"]
     assert [(m["id"], m["max_model_len"]) for m in models] == [(SERVED_NAME, 2048)]
 
@@ -175,3 +177,40 @@ def test_http_endpoints_match_the_in_process_model(server, local, instances):
         texts[text] = local.tokenizer.decode(out[0, len(ids) :], skip_special_tokens=True)
         assert body["choices"][0]["text"] == texts[text]
     assert len(set(texts.values())) > 1, texts
+
+
+def test_openai_responder_matches_the_transformers_responder(instances, local, server):
+    """The reward's HTTP backend on the served weights judges exactly like the in-process backend."""
+    from memstate.http_responder import OpenAIResponder
+    from reward.judge import exact_judgements, likelihood_judgements
+
+    remote = OpenAIResponder(server, SERVED_NAME, timeout=120.0, max_retries=1, concurrency=8)
+    try:
+        remote.check_health()
+        pairs = [(i, r) for i in instances for r in (None, RULES)]
+        insts, rules = [i for i, _ in pairs], [r for _, r in pairs]
+
+        # Likelihood mode: option probabilities renormalized over the letters, and the most likely letter.
+        got, want = likelihood_judgements(remote, insts, rules), likelihood_judgements(local, insts, rules)
+        assert all(g is not None for g in got)
+        assert [g.score for g in got] == pytest.approx([w.score for w in want], abs=2 * TOL)
+        assert [(g.correct, g.answer) for g in got] == [(w.correct, w.answer) for w in want]
+
+        # Multi-token continuations (the free-text path): the option texts, teacher-forced after the prompt.
+        prompts = prompts_of(instances[::4])
+        texts = [list(i.candidates) for i in instances[::4] for _ in (None, RULES)]
+        got_lp, want_lp = remote.answer_logprob(prompts, texts), local.answer_logprob(prompts, texts)
+        assert any(lp.n_tokens > 1 for row in want_lp for lp in row)
+        for g_row, w_row in zip(got_lp, want_lp, strict=True):
+            assert [g.n_tokens for g in g_row] == [w.n_tokens for w in w_row]
+            for g, w in zip(g_row, w_row, strict=True):
+                assert g.logprob == pytest.approx(w.logprob, abs=TOL * w.n_tokens)
+
+        # Exact mode: identical greedy answers, hence identical judgements.
+        assert remote.answer(prompts, max_new_tokens=8) == local.answer(prompts, max_new_tokens=8)
+        assert exact_judgements(remote, insts[:8], rules[:8]) == exact_judgements(local, insts[:8], rules[:8])
+
+        stats = remote.stats
+        assert stats.retries == stats.gave_up == stats.unscorable_prompts == stats.bad_replies == 0, stats
+    finally:
+        remote.close()

@@ -106,24 +106,6 @@ def train(script_args: MemstateTrainArguments, grpo_config: GRPOConfig, *, resum
             instances = instances[: script_args.max_train_instances]
         logger.info("%d %s instances from %s", len(instances), script_args.train_split, script_args.data_dir)
 
-    policy = script_args.policy_model
-    if script_args.format_warmup_steps > 0:
-        warm_dir = output_dir / "format-warmup"
-        with timers("format_warmup"):
-            if resume and (warm_dir / "config.json").is_file():
-                logger.info("resume: reusing the warm-up model in %s", warm_dir)
-            else:
-                format_warmup(
-                    policy,
-                    instances,
-                    warm_dir,
-                    steps=script_args.format_warmup_steps,
-                    learning_rate=script_args.format_warmup_learning_rate,
-                    seed=grpo_config.seed,
-                    use_cpu=grpo_config.use_cpu,
-                )
-        policy = str(warm_dir)
-
     with timers("load_responder"):
         responder = make_responder(
             script_args.responder_model,
@@ -143,6 +125,24 @@ def train(script_args: MemstateTrainArguments, grpo_config: GRPOConfig, *, resum
             ),
             BaselineCache(script_args.baseline_cache),
         )
+
+    policy = script_args.policy_model
+    if script_args.format_warmup_steps > 0:
+        warm_dir = output_dir / "format-warmup"
+        with timers("format_warmup"):
+            if resume and (warm_dir / "config.json").is_file():
+                logger.info("resume: reusing the warm-up model in %s", warm_dir)
+            else:
+                format_warmup(
+                    policy,
+                    instances,
+                    warm_dir,
+                    steps=script_args.format_warmup_steps,
+                    learning_rate=script_args.format_warmup_learning_rate,
+                    seed=grpo_config.seed,
+                    use_cpu=grpo_config.use_cpu,
+                )
+        policy = str(warm_dir)
 
     metadata = run_metadata(script_args, grpo_config)
     with timers("build_trainer"):
@@ -165,6 +165,9 @@ def train(script_args: MemstateTrainArguments, grpo_config: GRPOConfig, *, resum
         tokenizer.save_pretrained(final_dir)
         (final_dir / METADATA_FILE).write_text(json.dumps(metadata, indent=2, default=str))
     (output_dir / "timings.json").write_text(json.dumps(timers.seconds, indent=2))
+    reward_stats = {"responder_prompts": reward.responder_prompts, "unscorable_completions": reward.unscorable}
+    reward_stats |= {"http": responder.stats.as_dict()} if hasattr(responder, "stats") else {}
+    (output_dir / "reward_stats.json").write_text(json.dumps(reward_stats, indent=2))
     (output_dir / "log_history.json").write_text(json.dumps(trainer.state.log_history, indent=2))
     logger.info("final model in %s; stage timings %s", final_dir, timers.seconds)
     return final_dir
