@@ -3,10 +3,13 @@
 Implements the ``Responder`` protocol for the reward:
 
 - ``answer`` (exact mode): ``POST /v1/chat/completions`` at temperature 0.
-- ``answer_logprob`` (likelihood mode): the chat prompt is tokenized by the server (``POST /tokenize`` with
-  ``messages``, so the served chat template is the one used), the continuation's tokens are appended, and
-  ``POST /v1/completions`` with ``prompt_logprobs`` returns the log-probability of every prompt token — one
-  prefill, no decoding. The candidates of one prompt share their whole prefix (vLLM prefix caching).
+- ``answer_logprob`` (likelihood mode). Single-token candidates (the option letters of closed-set answers): one
+  ``POST /v1/chat/completions`` with ``max_tokens: 1`` and vLLM's ``logprob_token_ids`` returns the raw log-prob
+  of exactly those tokens — one prefill per prompt, reusing the prefix cache (a top-k ``logprobs`` list would not
+  do: a model may rank the letters far below the top 20). Multi-token continuations (free text): the server
+  tokenizes the chat prompt (``POST /tokenize`` with ``messages``, so the served chat template is the one used),
+  the continuation's tokens are appended, and ``POST /v1/completions`` with ``prompt_logprobs`` returns every
+  prompt token's log-prob (vLLM skips its prefix cache for such requests: each is a full prefill).
 
 Requests run on one background event loop with one connection pool, at most ``concurrency`` at a time, each with
 a timeout, retried with exponential backoff and jitter on transport errors, timeouts, 429/5xx and malformed
@@ -197,8 +200,28 @@ class OpenAIResponder:
         logprob = await self._checked("/v1/completions", payload, lambda body: _sum_prompt_logprobs(body, cont))
         return ContinuationLogprob(logprob, len(cont))
 
+    async def _option_logprobs(self, messages: list[Message], continuations: list[str], ids: list[int]):
+        """Single-token candidates (option letters): one chat request asking for exactly their log-probs."""
+        payload = {
+            "model": self.model,
+            "messages": messages,
+            "max_tokens": 1,
+            "temperature": 0.0,
+            "logprobs": True,
+            "logprob_token_ids": ids,
+        }
+        if self.chat_template_kwargs:
+            payload["chat_template_kwargs"] = self.chat_template_kwargs
+        values = await self._checked("/v1/chat/completions", payload, lambda b: _parse_token_logprobs(b, continuations))
+        return [ContinuationLogprob(v, 1) for v in values]
+
     async def _logprobs_for(self, messages: list[Message], continuations: list[str]):
         try:
+            cont_ids = [
+                await self._tokens("text:" + c, {"prompt": c, "add_special_tokens": False}) for c in continuations
+            ]
+            if all(len(ids) == 1 for ids in cont_ids):
+                return await self._option_logprobs(messages, continuations, [ids[0] for ids in cont_ids])
             prompt_ids = await self._prompt_tokens(messages)
             return list(await asyncio.gather(*(self._continuation_logprob(prompt_ids, c) for c in continuations)))
         except _GaveUp:
@@ -246,6 +269,19 @@ def _parse_chat(body: dict) -> str:
     if not isinstance(content, str):
         raise ValueError(f"'content' is {type(content).__name__}")
     return content
+
+
+def _parse_token_logprobs(body: dict, tokens: list[str]) -> list[float]:
+    """Log-probs of the requested tokens from a chat reply with ``logprob_token_ids`` (keyed by decoded token).
+
+    >>> body = {"choices": [{"logprobs": {"content": [{"top_logprobs": [
+    ...     {"token": "A", "logprob": -1.5}, {"token": "B", "logprob": -0.5}, {"token": "\\n", "logprob": -0.1}]}]}}]}
+    >>> _parse_token_logprobs(body, ["B", "A"])
+    [-0.5, -1.5]
+    """
+    entries = body["choices"][0]["logprobs"]["content"][0]["top_logprobs"]
+    found = {e["token"]: float(e["logprob"]) for e in entries}
+    return [found[t] for t in tokens]
 
 
 def _sum_prompt_logprobs(body: dict, cont: list[int]) -> float:

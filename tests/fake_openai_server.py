@@ -91,5 +91,9 @@ class FaultyOpenAIServer:
             logprobs = [None] + [{str(t): {"logprob": -0.1 * (1 + t % 7), "rank": 1}} for t in body["prompt"][1:]]
             return {"choices": [{"text": "A", "prompt_logprobs": logprobs}]}
         if path == "/v1/chat/completions":
-            return {"choices": [{"message": {"role": "assistant", "content": "A"}}]}
+            choice = {"message": {"role": "assistant", "content": "A"}}
+            if body.get("logprob_token_ids"):
+                top = [{"token": chr(t), "logprob": -0.1 * (1 + t % 7)} for t in body["logprob_token_ids"]]
+                choice["logprobs"] = {"content": [{"token": "A", "logprob": -0.8, "top_logprobs": top}]}
+            return {"choices": [choice]}
         raise KeyError(path)

@@ -28,6 +28,11 @@ def test_clean_server_agrees_with_the_synthetic_logprobs(fever_train):
         assert a.n_tokens == 1 and a.logprob == pytest.approx(-0.1 * (1 + ord("A") % 7))
         assert b.n_tokens == 2 and b.logprob == pytest.approx(-0.1 * (2 + ord("B") % 7 + ord("C") % 7))
         assert responder.answer([responder_messages(fever_train[0])]) == ["A"]
+        # single-token candidates go through one chat request with logprob_token_ids
+        before = server.counts["requests"]
+        [[a2, c2]] = responder.answer_logprob([responder_messages(fever_train[1])], [["A", "C"]])
+        assert (a2.logprob, c2.logprob) == (pytest.approx(a.logprob), pytest.approx(-0.1 * (1 + ord("C") % 7)))
+        assert server.counts["requests"] - before == 2  # /tokenize of the new "C", then one chat request
         responder.close()
 
 
