@@ -66,7 +66,8 @@ class BaselineCache:
         return found
 
     def put_many(self, items: dict[CacheKey, Judgement]) -> None:
-        self._memory.update(items)
+        for key, judgement in items.items():
+            self._memory.setdefault(key, judgement)  # first value wins, as in the database
         if self._db is not None and items:
             rows = [(*k, j.score, None if j.correct is None else int(j.correct), j.answer) for k, j in items.items()]
             with self._lock:
