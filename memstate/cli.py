@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import sys
 
 
@@ -35,7 +36,19 @@ def _train(args: argparse.Namespace, rest: list[str]) -> None:
     from train.config import parse_train_args
     from train.run import train
 
+    if args.dry_run:
+        # Only device and precision are relaxed so a GPU config validates on CPU; the arithmetic does not use them.
+        rest = [*rest, "--use_cpu", "true", "--bf16", "false"]
     script_args, grpo_config = parse_train_args(["--config", args.config, *rest])
+    if args.dry_run:
+        from train.dry_run import dry_run
+
+        world_size = args.world_size or int(os.environ.get("WORLD_SIZE", 1))
+        report = dry_run(script_args, grpo_config, world_size)
+        width = max(map(len, report))
+        for key, value in report.items():
+            print(f"{key:<{width}}  {value}")
+        return
     final = train(script_args, grpo_config, resume=args.resume)
     print(f"final model: {final}")
 
@@ -100,6 +113,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--config", required=True, help="Train YAML, e.g. configs/train/tiny_cpu.yaml.")
     p.add_argument("--resume", action="store_true", help="Continue from the last checkpoint in output_dir.")
+    p.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="Validate config, data and tokenizer without loading weights; print the batch arithmetic.",
+    )
+    p.add_argument("--world-size", type=int, help="Processes the dry run assumes (default: $WORLD_SIZE or 1).")
 
     p = sub.add_parser("reward", help="Reward utilities.")
     reward_sub = p.add_subparsers(dest="reward_command", required=True)

@@ -52,6 +52,7 @@ def test_grpo_raises_reward_over_lr0_control(tiny_models, fever_data, tmp_path):
                     "--learning_rate", str(lr),
                     "--max_steps", str(max_steps),
                     "--save_strategy", "no",
+                    "--report_to", "none",
                 ]
             )
         )  # fmt: skip

@@ -47,6 +47,13 @@ def test_train_writes_checkpoints_with_metadata(trained):
     assert [e["step"] for e in history if "reward" in e] == [1, 2, 3, 4]
     assert all("memstate/format_rate" in e for e in history if "reward" in e)
     assert set(json.loads((run / "timings.json").read_text())) >= {"load_data", "format_warmup", "grpo"}
+    # tracking: wandb's offline run directory and the curves, next to the checkpoints
+    assert list((run / "wandb").glob("offline-run-*/run-*.wandb"))
+    png = (run / "training_curves.png").read_bytes()
+    assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 10_000
+    card = (run / "final" / "README.md").read_text()
+    assert "GRPO steps logged: 4" in card and PROMPT_VERSION in card
+    assert json.loads((run / "reward_stats.json").read_text())["responder_prompts"] > 0
 
 
 def test_resume_continues_from_last_checkpoint(trained):

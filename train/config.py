@@ -49,6 +49,18 @@ class MemstateTrainArguments:
         },
     )
     format_warmup_learning_rate: float = field(default=1e-3, metadata={"help": "Learning rate of the warm-up."})
+    max_prompt_tokens: int = field(
+        default=8192,
+        metadata={"help": "Policy prompt budget: facts are dropped from the end to fit; the question never is."},
+    )
+    use_peft: bool = field(default=False, metadata={"help": "Train LoRA adapters (peft) instead of all weights."})
+    lora_r: int = field(default=16, metadata={"help": "LoRA rank."})
+    lora_alpha: int = field(default=32, metadata={"help": "LoRA alpha (scale = alpha / r)."})
+    lora_dropout: float = field(default=0.05, metadata={"help": "LoRA dropout."})
+    lora_target_modules: list[str] = field(
+        default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"],
+        metadata={"help": "Modules that get adapters (Qwen3 names)."},
+    )
 
 
 def parse_train_args(argv: list[str] | None = None) -> tuple[MemstateTrainArguments, GRPOConfig]:

@@ -13,22 +13,24 @@ from contextlib import contextmanager
 from dataclasses import asdict
 from pathlib import Path
 
-from datasets import Dataset
+from peft import LoraConfig
 from transformers import AutoTokenizer, TrainerCallback
 from trl import GRPOConfig, GRPOTrainer
 
 from memstate.data import load_split, manifest_sha256
-from memstate.prompts import PROMPT_VERSION, policy_messages
+from memstate.prompts import PROMPT_VERSION
 from memstate.responder import make_responder
-from memstate.schema import Instance
 from reward.cache import BaselineCache
 from reward.counterfactual import CounterfactualGainReward, RewardConfig
 from train.config import MemstateTrainArguments
+from train.curves import plot_training_curves
+from train.data import grpo_dataset
 from train.warmup import format_warmup
 
 logger = logging.getLogger("memstate.train")
 
 METADATA_FILE = "memstate.json"
+_USER_WANDB_DIR = os.environ.get("WANDB_DIR")
 
 
 class StageTimer:
@@ -44,9 +46,38 @@ class StageTimer:
         logger.info("stage %s: %.1f s", stage, self.seconds[stage])
 
 
-def grpo_dataset(instances: list[Instance]) -> Dataset:
-    """Conversational prompts plus every Instance field as a column (TRL hands the columns to the reward)."""
-    return Dataset.from_list([{"prompt": policy_messages(i), **i.to_dict()} for i in instances])
+def lora_config(args: MemstateTrainArguments) -> LoraConfig | None:
+    if not args.use_peft:
+        return None
+    return LoraConfig(
+        r=args.lora_r,
+        lora_alpha=args.lora_alpha,
+        lora_dropout=args.lora_dropout,
+        target_modules=args.lora_target_modules,
+        task_type="CAUSAL_LM",
+    )
+
+
+def model_card(metadata: dict, log_history: list[dict]) -> str:
+    """A short README for the exported model: what it is, how it was trained, how to serve and evaluate it."""
+    rewards = [e["reward"] for e in log_history if "reward" in e]
+    args = metadata["memstate_args"]
+    return "\n".join(
+        [
+            "# memstate reasoning-state policy",
+            "",
+            "Writes 2–4 rules telling a frozen responder how to use a user's memories (see memstate's DESIGN.md).",
+            f"- base policy: `{metadata['policy_model']}`; responder: `{metadata['responder_model']}`",
+            f"- prompts: `{metadata['prompt_version']}`; reward mode: {args['reward_mode']}; LoRA merged: "
+            f"{args['use_peft']}",
+            f"- data: `{metadata['data_dir']}` (manifest sha256 `{metadata['data_manifest_sha256']}`)",
+            f"- GRPO steps logged: {len(rewards)}; reward first/last logged: "
+            + (f"{rewards[0]:.3f} / {rewards[-1]:.3f}" if rewards else "–"),
+            "",
+            "Serve: `vllm serve <this dir>`; evaluate: `memstate eval --checkpoint <this dir>`.",
+            "",
+        ]
+    )
 
 
 def responder_http_options(args: MemstateTrainArguments) -> dict:
@@ -96,6 +127,9 @@ def train(script_args: MemstateTrainArguments, grpo_config: GRPOConfig, *, resum
     """Run the whole training job; return the directory of the final model."""
     os.environ.setdefault("WANDB_MODE", "offline")  # wandb logs locally unless the user configured a server
     output_dir = Path(grpo_config.output_dir)
+    # The offline run directory lands next to the checkpoints, unless the user chose a WANDB_DIR.
+    os.environ["WANDB_DIR"] = _USER_WANDB_DIR or str(output_dir)
+    output_dir.mkdir(parents=True, exist_ok=True)
     if resume and latest_checkpoint(output_dir) is None:
         raise FileNotFoundError(f"--resume: no checkpoint-* directory in {output_dir} to resume from")
     timers = StageTimer()
@@ -147,13 +181,16 @@ def train(script_args: MemstateTrainArguments, grpo_config: GRPOConfig, *, resum
     metadata = run_metadata(script_args, grpo_config)
     with timers("build_trainer"):
         tokenizer = AutoTokenizer.from_pretrained(policy)
+        dataset, truncated = grpo_dataset(instances, tokenizer, script_args.max_prompt_tokens)
+        metadata["prompts_truncated"] = truncated
         trainer = GRPOTrainer(
             model=policy,
             reward_funcs=[reward],
             args=grpo_config,
-            train_dataset=grpo_dataset(instances),
+            train_dataset=dataset,
             processing_class=tokenizer,
             callbacks=[WriteMetadataCallback(metadata)],
+            peft_config=lora_config(script_args),
         )
 
     with timers("grpo"):
@@ -161,9 +198,20 @@ def train(script_args: MemstateTrainArguments, grpo_config: GRPOConfig, *, resum
 
     final_dir = output_dir / "final"
     with timers("save_final"):
-        trainer.save_model(str(final_dir))
-        tokenizer.save_pretrained(final_dir)
-        (final_dir / METADATA_FILE).write_text(json.dumps(metadata, indent=2, default=str))
+        if script_args.use_peft:
+            # vLLM serves a plain model: merge the adapters; keep the adapter alone next to it.
+            trainer.save_model(str(output_dir / "final-adapter"))
+            if trainer.accelerator.is_main_process:
+                trainer.accelerator.unwrap_model(trainer.model).merge_and_unload().save_pretrained(final_dir)
+        else:
+            trainer.save_model(str(final_dir))  # ZeRO-3: gathers a 16-bit consolidated model when configured
+        if trainer.accelerator.is_main_process:
+            tokenizer.save_pretrained(final_dir)
+            (final_dir / METADATA_FILE).write_text(json.dumps(metadata, indent=2, default=str))
+            (final_dir / "README.md").write_text(model_card(metadata, trainer.state.log_history))
+    if not trainer.accelerator.is_main_process:
+        return final_dir
+    plot_training_curves(trainer.state.log_history, output_dir / "training_curves.png")
     (output_dir / "timings.json").write_text(json.dumps(timers.seconds, indent=2))
     reward_stats = {"responder_prompts": reward.responder_prompts, "unscorable_completions": reward.unscorable}
     reward_stats |= {"http": responder.stats.as_dict()} if hasattr(responder, "stats") else {}

@@ -1,0 +1,41 @@
+"""Production config: validated on CPU by --dry-run, with its batch arithmetic asserted."""
+
+from pathlib import Path
+
+import pytest
+
+from memstate.cli import main
+
+ROOT = Path(__file__).resolve().parents[1]
+QWEN = ROOT / "configs" / "train" / "qwen3_4b_8gpu.yaml"
+
+
+def test_dry_run_of_the_production_config_prints_its_arithmetic(tiny_models, fever_data, capsys):
+    # The hub ids of the real models cannot be fetched here: the tiny tokenizer and the fixture data stand in.
+    main(["train", "--config", str(QWEN), "--dry-run", "--world-size", "8",
+          "--policy_model", str(tiny_models["policy"]), "--data_dir", str(fever_data)])  # fmt: skip
+    report = dict(line.split(None, 1) for line in capsys.readouterr().out.strip().splitlines())
+    n_train = int(report["train_instances"])
+    assert n_train > 100
+    assert report["world_size"] == "8" and report["num_generations"] == "8"
+    assert report["prompts_per_generation"] == "512" and report["completions_per_generation"] == "4096"
+    assert report["completions_per_micro_batch"] == "128"  # 16 per device x 8 GPUs
+    assert report["completions_per_optimizer_step"] == "1024"  # x 8 accumulation steps
+    assert report["optimizer_steps_per_generation"] == "4"
+    rounds = -(-n_train * 8 // 4096)
+    assert report["optimizer_steps_per_epoch"] == str(4 * rounds)
+    assert report["total_rollouts"] == str(4096 * rounds)
+    assert report["max_prompt_tokens"] == "8192" and report["max_completion_length"] == "512"
+    assert int(report["prompt_tokens_max"]) >= int(report["prompt_tokens_p50"]) > 100
+
+
+def test_dry_run_rejects_arithmetic_that_does_not_divide(tiny_models, fever_data):
+    with pytest.raises(ValueError, match="per_device_train_batch_size x world size = 128"):
+        main(["train", "--config", str(QWEN), "--dry-run", "--world-size", "8", "--generation_batch_size", "4112",
+              "--policy_model", str(tiny_models["policy"]), "--data_dir", str(fever_data)])  # fmt: skip
+
+
+def test_dry_run_needs_the_data(tiny_models, tmp_path):
+    with pytest.raises(FileNotFoundError, match="train.parquet"):
+        main(["train", "--config", str(QWEN), "--dry-run", "--policy_model", str(tiny_models["policy"]),
+              "--data_dir", str(tmp_path)])  # fmt: skip

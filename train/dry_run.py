@@ -1,0 +1,81 @@
+"""``memstate train --dry-run``: validate config, data and tokenizer without loading weights; print the batch
+arithmetic a launch will follow. Runs on CPU for the production configs."""
+
+from __future__ import annotations
+
+import math
+
+from transformers import AutoTokenizer
+from trl import GRPOConfig
+
+from memstate.data import load_split
+from train.config import MemstateTrainArguments
+from train.data import prompt_tokens
+
+
+def batch_arithmetic(config: GRPOConfig, n_instances: int, world_size: int) -> dict[str, int]:
+    """How prompts, completions and optimizer steps relate for ``world_size`` processes (TRL 1.16 semantics:
+    a generation round produces ``generation_batch_size`` completions, consumed in micro-batches of
+    ``per_device_train_batch_size`` per process; ``gradient_accumulation_steps`` micro-batches make an optimizer
+    step, and each round is optimized ``num_iterations`` times).
+
+    >>> c = GRPOConfig(output_dir="x", use_cpu=True, per_device_train_batch_size=16, gradient_accumulation_steps=8,
+    ...                num_generations=8, generation_batch_size=4096, bf16=False)
+    >>> a = batch_arithmetic(c, n_instances=48000, world_size=8)
+    >>> a["prompts_per_generation"], a["completions_per_optimizer_step"], a["optimizer_steps_per_generation"]
+    (512, 1024, 4)
+    """
+    per_micro = config.per_device_train_batch_size * world_size
+    generation = config.generation_batch_size or per_micro * (config.steps_per_generation or 1)
+    if generation % config.num_generations or generation % per_micro:
+        raise ValueError(
+            f"generation_batch_size {generation} must divide by num_generations {config.num_generations} and by "
+            f"per_device_train_batch_size x world size = {per_micro}"
+        )
+    micro_steps_per_generation = generation // per_micro
+    if micro_steps_per_generation % config.gradient_accumulation_steps:
+        raise ValueError(
+            f"{micro_steps_per_generation} micro-batches per generation round do not divide into "
+            f"gradient_accumulation_steps={config.gradient_accumulation_steps}"
+        )
+    per_step = per_micro * config.gradient_accumulation_steps
+    steps_per_generation = micro_steps_per_generation // config.gradient_accumulation_steps * config.num_iterations
+    rounds_per_epoch = math.ceil(n_instances * config.num_generations / generation)
+    epochs = config.num_train_epochs
+    steps = config.max_steps if config.max_steps > 0 else math.ceil(rounds_per_epoch * epochs) * steps_per_generation
+    return {
+        "world_size": world_size,
+        "train_instances": n_instances,
+        "num_generations": config.num_generations,
+        "prompts_per_generation": generation // config.num_generations,
+        "completions_per_generation": generation,
+        "completions_per_micro_batch": per_micro,
+        "completions_per_optimizer_step": per_step,
+        "optimizer_steps_per_generation": steps_per_generation,
+        "generation_rounds_per_epoch": rounds_per_epoch,
+        "optimizer_steps_per_epoch": rounds_per_epoch * steps_per_generation,
+        "total_optimizer_steps": steps,
+        "total_rollouts": steps // steps_per_generation * generation,
+    }
+
+
+def dry_run(script_args: MemstateTrainArguments, config: GRPOConfig, world_size: int) -> dict:
+    """Load the data and the tokenizer (no weights), measure prompt lengths, and return the arithmetic."""
+    instances = load_split(script_args.data_dir, script_args.train_split)
+    if script_args.max_train_instances:
+        instances = instances[: script_args.max_train_instances]
+    if not instances:
+        raise ValueError(f"{script_args.data_dir}: split {script_args.train_split!r} is empty")
+    tokenizer = AutoTokenizer.from_pretrained(script_args.policy_model)
+    if tokenizer.chat_template is None:
+        raise ValueError(f"{script_args.policy_model}: the tokenizer has no chat template")
+    lengths = sorted(prompt_tokens(tokenizer, inst) for inst in instances)
+    report = batch_arithmetic(config, len(instances), world_size)
+    report |= {
+        "prompt_tokens_max": lengths[-1],
+        "prompt_tokens_p50": lengths[len(lengths) // 2],
+        "prompts_over_budget": sum(n > script_args.max_prompt_tokens for n in lengths),
+        "max_prompt_tokens": script_args.max_prompt_tokens,
+        "max_completion_length": config.max_completion_length,
+    }
+    return report
