@@ -6,7 +6,7 @@ VENV ?= .venv
 TORCH_SPEC ?= torch==2.13.0
 BIN := $(VENV)/bin
 
-.PHONY: setup demo test lint vllm-venv
+.PHONY: setup demo test lint vllm-venv deepspeed
 
 $(BIN)/memstate: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -49,3 +49,20 @@ $(VLLM_STAMP):
 	echo "$(VLLM_SPEC)" > $@
 
 vllm-venv: $(VLLM_STAMP)
+
+# DeepSpeed in the main venv, for `accelerate launch` with the configs in configs/accelerate/ (and the `distributed`
+# tests). DS_BUILD_OPS=0: no CUDA/C++ ops are compiled at install time (none can be on a CPU machine); the ones a run
+# needs are JIT-compiled on first use (on CPU: the shared-memory communication op, ~1 min once; needs a C++ compiler)
+# and cached in $TORCH_EXTENSIONS_DIR (default ~/.cache/torch_extensions; the distributed tests use
+# .venv/torch_extensions). --no-build-isolation: DeepSpeed's setup.py imports the torch already installed here
+# instead of pulling a second (CUDA) torch into a build environment.
+DEEPSPEED_SPEC ?= deepspeed>=0.19,<0.20
+DEEPSPEED_STAMP := $(VENV)/.memstate-deepspeed-stamp
+
+$(DEEPSPEED_STAMP): $(BIN)/memstate
+	$(BIN)/python -c "import setuptools" 2>/dev/null || $(BIN)/pip install --quiet setuptools
+	DS_BUILD_OPS=0 $(BIN)/pip install --quiet --no-build-isolation "$(DEEPSPEED_SPEC)"
+	$(BIN)/python -c "import deepspeed; print('deepspeed', deepspeed.__version__)"
+	echo "$(DEEPSPEED_SPEC)" > $@
+
+deepspeed: $(DEEPSPEED_STAMP)

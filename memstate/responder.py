@@ -7,9 +7,12 @@ protocol for a ``vllm serve`` of the responder.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import NamedTuple, Protocol
 
 import torch
+import transformers.integrations.deepspeed as hf_deepspeed
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from memstate.prompts import Message
@@ -39,6 +42,23 @@ class Responder(Protocol):
         ...
 
 
+@contextmanager
+def outside_zero3() -> Iterator[None]:
+    """Load models whole, even when a DeepSpeed ZeRO-3 training config is active in this process.
+
+    Under ``accelerate launch`` with ZeRO-3, ``GRPOConfig`` registers its DeepSpeed config globally and every later
+    ``from_pretrained`` builds the model inside ``deepspeed.zero.Init``: its weights become empty placeholders owned
+    by the training engine, and the frozen responder's first forward fails ("'weight' must be 2-D"). transformers
+    has no public switch for this, so its module-level reference is cleared for the duration of the load.
+    """
+    saved = hf_deepspeed._hf_deepspeed_config_weak_ref
+    hf_deepspeed._hf_deepspeed_config_weak_ref = None
+    try:
+        yield
+    finally:
+        hf_deepspeed._hf_deepspeed_config_weak_ref = saved
+
+
 class TransformersResponder:
     """In-process responder for CPU tests and tiny runs: batched forward passes, no decoding for scoring."""
 
@@ -46,7 +66,8 @@ class TransformersResponder:
         self.name = str(model_path)
         self.tokenizer = AutoTokenizer.from_pretrained(model_path)
         self.tokenizer.padding_side = "left"
-        self.model = AutoModelForCausalLM.from_pretrained(model_path, dtype=getattr(torch, dtype)).to(device)
+        with outside_zero3():
+            self.model = AutoModelForCausalLM.from_pretrained(model_path, dtype=getattr(torch, dtype)).to(device)
         self.model.eval()
         self.batch_size = batch_size
         self.device = device

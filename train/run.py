@@ -13,13 +13,15 @@ from contextlib import contextmanager
 from dataclasses import asdict
 from pathlib import Path
 
-from peft import LoraConfig
-from transformers import AutoTokenizer, TrainerCallback
+import torch
+from accelerate.utils import gather_object
+from peft import LoraConfig, PeftModel
+from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
 from trl import GRPOConfig, GRPOTrainer
 
 from memstate.data import load_split, manifest_sha256
 from memstate.prompts import PROMPT_VERSION
-from memstate.responder import make_responder
+from memstate.responder import make_responder, outside_zero3
 from reward.cache import BaselineCache
 from reward.counterfactual import CounterfactualGainReward, RewardConfig
 from train.config import MemstateTrainArguments
@@ -199,21 +201,33 @@ def train(script_args: MemstateTrainArguments, grpo_config: GRPOConfig, *, resum
     final_dir = output_dir / "final"
     with timers("save_final"):
         if script_args.use_peft:
-            # vLLM serves a plain model: merge the adapters; keep the adapter alone next to it.
+            # vLLM serves a plain model: merge the adapters into a whole base model (under ZeRO-3 the trained
+            # one is partitioned across ranks); keep the adapter alone next to it.
             trainer.save_model(str(output_dir / "final-adapter"))
             if trainer.accelerator.is_main_process:
-                trainer.accelerator.unwrap_model(trainer.model).merge_and_unload().save_pretrained(final_dir)
+                with outside_zero3():
+                    base = AutoModelForCausalLM.from_pretrained(
+                        policy, dtype=torch.bfloat16 if grpo_config.bf16 else torch.float32
+                    )
+                merged = PeftModel.from_pretrained(base, output_dir / "final-adapter").merge_and_unload()
+                merged.save_pretrained(final_dir)
+            trainer.accelerator.wait_for_everyone()
         else:
             trainer.save_model(str(final_dir))  # ZeRO-3: gathers a 16-bit consolidated model when configured
         if trainer.accelerator.is_main_process:
             tokenizer.save_pretrained(final_dir)
             (final_dir / METADATA_FILE).write_text(json.dumps(metadata, indent=2, default=str))
             (final_dir / "README.md").write_text(model_card(metadata, trainer.state.log_history))
+    per_rank = gather_object([{"responder_prompts": reward.responder_prompts, "unscorable": reward.unscorable}])
     if not trainer.accelerator.is_main_process:
         return final_dir
     plot_training_curves(trainer.state.log_history, output_dir / "training_curves.png")
     (output_dir / "timings.json").write_text(json.dumps(timers.seconds, indent=2))
-    reward_stats = {"responder_prompts": reward.responder_prompts, "unscorable_completions": reward.unscorable}
+    reward_stats = {
+        "responder_prompts": sum(r["responder_prompts"] for r in per_rank),
+        "unscorable_completions": sum(r["unscorable"] for r in per_rank),
+        "ranks": len(per_rank),
+    }
     reward_stats |= {"http": responder.stats.as_dict()} if hasattr(responder, "stats") else {}
     (output_dir / "reward_stats.json").write_text(json.dumps(reward_stats, indent=2))
     (output_dir / "log_history.json").write_text(json.dumps(trainer.state.log_history, indent=2))

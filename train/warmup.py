@@ -9,6 +9,7 @@ from __future__ import annotations
 import random
 from pathlib import Path
 
+from accelerate.state import AcceleratorState, GradientState
 from datasets import Dataset
 from transformers import AutoModelForCausalLM, AutoTokenizer
 from trl import SFTConfig, SFTTrainer
@@ -92,4 +93,8 @@ def format_warmup(
     )
     trainer.train()
     trainer.save_model(str(out_dir))
+    trainer.accelerator.wait_for_everyone()  # every rank loads out_dir next; only rank 0 wrote it
+    # GRPOTrainer builds its own (DeepSpeed) Accelerator next; the process group itself stays up.
+    AcceleratorState._reset_state()
+    GradientState._reset_state()
     return out_dir
