@@ -22,6 +22,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from results_io import report
+
 from data_build import fever
 from data_build.build import DataConfig, FeverConfig, build_data
 from data_build.personamem import read_personamem
@@ -174,11 +176,7 @@ def main() -> None:
         "extrapolation": f"{FULL_DUMP_LINES} dump lines at wiki_lines_per_s + the claim instances of a "
         f"{TARGET_INSTANCES}-instance build at instances_per_s + the measured PersonaMem read",
     }
-    print(json.dumps(results, indent=2))
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(results, indent=2) + "\n")
-    print(f"written to {out}")
+    report(results, args.out)
 
 
 if __name__ == "__main__":

@@ -11,7 +11,6 @@ prompts and prompt tokens sent, and wall time; and likelihood vs exact mode. Pri
 from __future__ import annotations
 
 import argparse
-import json
 import platform
 import random
 import resource
@@ -20,6 +19,7 @@ import time
 from pathlib import Path
 
 import torch
+from results_io import report
 
 from data_build.build import build_data, load_data_config
 from memstate.data import load_split
@@ -147,11 +147,7 @@ def main() -> None:
         )
         results["peak_rss_mb"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
 
-    print(json.dumps(results, indent=2))
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(results, indent=2) + "\n")
-    print(f"written to {out}")
+    report(results, args.out)
 
 
 if __name__ == "__main__":

@@ -35,10 +35,6 @@ class ResponderUnavailable(RuntimeError):
     """The responder endpoint cannot be reached or does not serve the expected model."""
 
 
-class _BadReply(ValueError):
-    """A reply that is not what the API promises (not JSON, missing fields)."""
-
-
 class _GaveUp(RuntimeError):
     """A request that failed after every retry."""
 
@@ -123,7 +119,9 @@ class OpenAIResponder:
 
     # ---- requests -----------------------------------------------------------------------------------------------
 
-    async def _request(self, method: str, path: str, payload: dict | None, *, retry: bool = True) -> dict:
+    async def _request(self, method: str, path: str, payload: dict | None, parse=None, *, retry: bool = True):
+        """Send with retries; ``parse`` turns the JSON body into the result, and a body it rejects is a malformed
+        reply, retried like any failure within the same budget."""
         attempts = self.max_retries + 1 if retry else 1
         last = ""
         for attempt in range(attempts):
@@ -152,27 +150,16 @@ class OpenAIResponder:
             try:
                 body = reply.json()
                 if not isinstance(body, dict):
-                    raise _BadReply(f"expected a JSON object, got {type(body).__name__}")
-                return body
-            except (json.JSONDecodeError, _BadReply) as e:
+                    raise ValueError(f"expected a JSON object, got {type(body).__name__}")
+                return parse(body) if parse else body
+            except (KeyError, IndexError, TypeError, ValueError) as e:  # JSONDecodeError is a ValueError
                 self.stats.bad_replies += 1
-                last = f"malformed reply: {e}"
+                last = f"malformed reply: {type(e).__name__}: {e}"
         self.stats.gave_up += 1
         raise _GaveUp(f"{path}: {last} ({attempts} attempt(s))")
 
     async def _checked(self, path: str, payload: dict, parse):
-        """POST and parse; a reply that does not parse counts as a bad reply and is retried like a failure."""
-        for attempt in range(self.max_retries + 1):
-            body = await self._request("POST", path, payload)
-            try:
-                return parse(body)
-            except (KeyError, IndexError, TypeError, ValueError) as e:
-                self.stats.bad_replies += 1
-                if attempt == self.max_retries:
-                    self.stats.gave_up += 1
-                    raise _GaveUp(f"{path}: malformed reply: {type(e).__name__}: {e}") from None
-                self.stats.retries += 1
-        raise AssertionError("unreachable")
+        return await self._request("POST", path, payload, parse)
 
     async def _tokens(self, key: str, payload: dict) -> list[int]:
         if key not in self._token_cache:

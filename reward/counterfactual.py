@@ -52,7 +52,12 @@ def rows_to_instances(n: int, columns: dict[str, list]) -> list[Instance]:
     missing = [f for f in INSTANCE_FIELDS if f not in columns]
     if missing:
         raise KeyError(f"reward columns lack Instance field(s) {missing}; was the dataset built by memstate?")
-    return [Instance.from_dict({k: columns[k][i] for k in INSTANCE_FIELDS}, f"reward row {i}") for i in range(n)]
+    # TRL repeats each prompt's columns G times: build and validate each instance once.
+    built: dict[str, Instance] = {}
+    for i in range(n):
+        if columns["id"][i] not in built:
+            built[columns["id"][i]] = Instance.from_dict({k: columns[k][i] for k in INSTANCE_FIELDS}, f"reward row {i}")
+    return [built[columns["id"][i]] for i in range(n)]
 
 
 class CounterfactualGainReward:
