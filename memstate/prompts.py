@@ -6,6 +6,8 @@ changes, so cached baselines and old reports are never mixed with new prompts.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from memstate.schema import Fact, Instance, Relation, option_letters
 
 PROMPT_VERSION = "ms-prompts-v1"
@@ -44,33 +46,68 @@ def format_relation(rel: Relation) -> str:
     return f"{rel.src} {rel.type} {rel.dst}"
 
 
-def format_options(instance: Instance) -> str:
-    """Closed answer sets as lettered options, one per line (empty string for free answers)."""
-    cands = instance.candidates
-    return "\n".join(f"({letter}) {text}" for letter, text in zip(option_letters(len(cands)), cands, strict=True))
+def _request_block(question: str, candidates: Sequence[str]) -> str:
+    letters = option_letters(len(candidates))
+    options = "\n".join(f"({letter}) {text}" for letter, text in zip(letters, candidates, strict=True))
+    return question + (f"\nOptions:\n{options}" if options else "")
 
 
-def _request_block(instance: Instance) -> str:
-    options = format_options(instance)
-    return instance.question + (f"\nOptions:\n{options}" if options else "")
+def policy_request_messages(
+    question: str, candidates: Sequence[str], facts: Sequence[Fact], relations: Sequence[Relation]
+) -> list[Message]:
+    """The policy's chat prompt for a bare request (what the serve API receives): request, facts, relational state.
 
-
-def policy_messages(instance: Instance, facts: tuple[Fact, ...] | None = None) -> list[Message]:
-    """The policy's chat prompt: request, facts and relational state; asks for rules, not the answer.
-
-    ``facts`` overrides ``instance.facts`` (used when facts are truncated to fit a token budget).
+    Relations whose ends are not among ``facts`` are left out (facts may have been truncated to a token budget).
     """
-    facts = instance.facts if facts is None else facts
     kept = {f.id for f in facts}
-    relations = [r for r in instance.relations if r.src in kept and r.dst in kept]
+    relations = [r for r in relations if r.src in kept and r.dst in kept]
     user = (
-        f"Request:\n{_request_block(instance)}\n\n"
+        f"Request:\n{_request_block(question, candidates)}\n\n"
         "Memories:\n" + "\n".join(format_fact(f) for f in facts) + "\n\n"
         "Relations:\n" + ("\n".join(format_relation(r) for r in relations) or "(none)") + "\n\n"
         "Write 2 to 4 rules, each on its own line starting with '- ', about how to use these memories. "
         "Do not state the answer."
     )
     return [{"role": "system", "content": POLICY_SYSTEM}, {"role": "user", "content": user}]
+
+
+def policy_messages(instance: Instance, facts: tuple[Fact, ...] | None = None) -> list[Message]:
+    """The policy's chat prompt for an instance; ``facts`` overrides ``instance.facts`` (truncated to a budget)."""
+    facts = instance.facts if facts is None else facts
+    return policy_request_messages(instance.question, instance.candidates, facts, instance.relations)
+
+
+def fit_policy_prompt(
+    tokenizer,
+    question: str,
+    candidates: Sequence[str],
+    facts: Sequence[Fact],
+    relations: Sequence[Relation],
+    max_tokens: int,
+) -> tuple[list[Message], int]:
+    """The policy prompt with facts dropped from the end until it fits ``max_tokens`` (the question is never cut).
+
+    Returns the messages and how many facts were dropped. Training and the serve API share it, so a served policy
+    sees prompts built exactly as in training. A request whose question alone does not fit keeps one fact (the
+    caller's token limits then apply)."""
+
+    def build(n: int) -> list[Message]:
+        return policy_request_messages(question, candidates, facts[:n], relations)
+
+    def tokens(n: int) -> int:
+        ids = tokenizer.apply_chat_template(build(n), add_generation_prompt=True, tokenize=True, return_dict=False)
+        return len(ids)
+
+    if tokens(len(facts)) <= max_tokens:
+        return build(len(facts)), 0
+    lo, hi = 1, len(facts)  # binary search for the most facts that fit
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if tokens(mid) <= max_tokens:
+            lo = mid
+        else:
+            hi = mid - 1
+    return build(lo), len(facts) - lo
 
 
 def answer_instruction(instance: Instance) -> str:
@@ -87,7 +124,7 @@ def responder_messages(instance: Instance, rules: tuple[str, ...] | None = None)
     """
     parts = [
         "Memories:\n" + "\n".join(format_fact(f) for f in instance.facts),
-        f"Request:\n{_request_block(instance)}",
+        f"Request:\n{_request_block(instance.question, instance.candidates)}",
     ]
     if rules:
         parts.append(STATE_HEADER + "\n" + "\n".join(f"- {r}" for r in rules))

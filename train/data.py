@@ -6,7 +6,7 @@ import logging
 
 from datasets import Dataset
 
-from memstate.prompts import policy_messages
+from memstate.prompts import fit_policy_prompt, policy_messages
 from memstate.schema import Instance
 
 logger = logging.getLogger("memstate.train")
@@ -18,23 +18,14 @@ def prompt_tokens(tokenizer, instance: Instance, facts=None) -> int:
 
 
 def fit_prompt(tokenizer, instance: Instance, max_tokens: int) -> tuple[list[dict], int]:
-    """The policy prompt with facts dropped from the end until it fits ``max_tokens`` (the question is never cut).
-
-    Returns the messages and how many facts were dropped. An instance whose question alone does not fit keeps
-    one fact and is reported (its prompt is left to the trainer's own limits)."""
-    facts = instance.facts
-    if prompt_tokens(tokenizer, instance, facts) <= max_tokens:
-        return policy_messages(instance, facts), 0
-    lo, hi = 1, len(facts)  # binary search for the most facts that fit
-    while lo < hi:
-        mid = (lo + hi + 1) // 2
-        if prompt_tokens(tokenizer, instance, facts[:mid]) <= max_tokens:
-            lo = mid
-        else:
-            hi = mid - 1
-    if prompt_tokens(tokenizer, instance, facts[:lo]) > max_tokens:
+    """The policy prompt within ``max_tokens`` (facts dropped from the end, never the question) and how many facts
+    were dropped; an instance whose question alone does not fit is reported."""
+    messages, dropped = fit_policy_prompt(
+        tokenizer, instance.question, instance.candidates, instance.facts, instance.relations, max_tokens
+    )
+    if dropped and prompt_tokens(tokenizer, instance, instance.facts[: len(instance.facts) - dropped]) > max_tokens:
         logger.warning("instance %s: the question alone exceeds %d prompt tokens", instance.id, max_tokens)
-    return policy_messages(instance, facts[:lo]), len(facts) - lo
+    return messages, dropped
 
 
 def grpo_dataset(instances: list[Instance], tokenizer, max_prompt_tokens: int) -> tuple[Dataset, int]:
