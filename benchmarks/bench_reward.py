@@ -43,7 +43,7 @@ class CountingResponder:
 
     def _count(self, prompts) -> None:
         self.prompts += len(prompts)
-        self.tokens += sum(len(self.inner._prompt_ids(p)) for p in prompts)
+        self.tokens += sum(len(self.inner.prompt_ids(p)) for p in prompts)
 
     def answer(self, prompts, max_new_tokens=32):
         self._count(prompts)

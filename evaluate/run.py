@@ -1,29 +1,39 @@
-"""``memstate eval``: how much a checkpoint's reasoning states help the frozen responder on held-out instances.
+"""``memstate eval``: does a checkpoint make the frozen responder use memories better than no state, than the
+untrained policy, and than the previous checkpoint?
 
-Two conditions, answered by the same responder (likelihood mode by default, or exact): **no state** (baseline)
-and **checkpoint** (one state sampled from the policy at the serve API's temperature, 0.3 by default, seeded; tiny
-models degenerate under greedy decoding). A state that fails ``parse_state`` cannot be used by a memory pipeline, so
-that instance is answered without rules; a state that leaks the answer is used as written (at deployment
-nobody knows the answer) and counted in the leak rate.
+Conditions, all answered by the same responder (likelihood mode by default, or exact):
+
+- **no_state**: facts and question only (the baseline);
+- **self_guide**: states written by the base, untrained policy (the checkpoint's ``policy_model``, or
+  ``--base-policy``);
+- **checkpoint**: states written by CKPT, in-process or through the reasoning-state API (``--states-url``);
+- **self_recheck** (optional): no policy; the responder is told to recheck its memories before answering
+  (``memstate.prompts.SELF_RECHECK_RULES``, placed where a state would go).
+
+States are sampled at the serve API's temperature (0.3 by default, seeded; tiny models degenerate under greedy
+decoding). A state that fails ``parse_state`` cannot be used by a memory pipeline, so that instance is answered
+without rules; a state that leaks the answer is used as written (at deployment nobody knows the answer) and counted
+in the leak rate. Metric definitions are in ``evaluate/report.py``; every difference between conditions gets a
+paired bootstrap 95% CI. Writes ``report.json``, ``report.md`` and ``report.png``.
 """
 
 from __future__ import annotations
 
 import json
 import logging
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import torch
 from tqdm import tqdm
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from evaluate.report import render_markdown, summarize
+from evaluate.report import render_markdown, render_png, summarize
 from memstate.data import load_split, manifest_sha256
-from memstate.prompts import PROMPT_VERSION, policy_messages
+from memstate.prompts import PROMPT_VERSION, SELF_RECHECK_RULES, policy_messages, responder_messages
 from memstate.responder import TransformersResponder
 from memstate.rules import FormatError, parse_state
-from memstate.schema import Instance
+from memstate.schema import Instance, option_letters
 from reward.gates import leaks_answer
 from reward.judge import judge
 
@@ -47,6 +57,16 @@ class EvalConfig:
     batch_size: int = field(default=16, metadata={"help": "Policy generation and responder batch size."})
     max_instances: int | None = field(default=None, metadata={"help": "Evaluate only the first N instances."})
     score_mode: str = field(default="likelihood", metadata={"help": "Responder score mode: likelihood or exact."})
+    base_policy: str | None = field(
+        default=None, metadata={"help": "Untrained policy for self-guide; default: the checkpoint's policy_model."}
+    )
+    self_guide: bool = field(default=True, metadata={"help": "Evaluate the self-guide condition."})
+    self_recheck: bool = field(default=False, metadata={"help": "Evaluate the self-recheck condition."})
+    states_url: str | None = field(
+        default=None, metadata={"help": "Reasoning-state API serving CKPT: checkpoint states come from it."}
+    )
+    states_api_key: str | None = field(default=None, metadata={"help": "Bearer token for --states-url."})
+    bootstrap_resamples: int = field(default=2000, metadata={"help": "Resamples of the paired bootstrap CIs."})
 
 
 def resolve_checkpoint(path: str | Path) -> Path:
@@ -84,8 +104,47 @@ def generate_states(checkpoint: Path, instances: list[Instance], config: EvalCon
     return texts
 
 
+def api_states(url: str, api_key: str | None, instances: list[Instance]) -> list[str]:
+    """Checkpoint states from a running reasoning-state API (``memstate serve api``): the deployed path."""
+    from serve.client import ReasoningStateClient
+
+    with ReasoningStateClient(url, api_key=api_key) as client:
+        return [client.for_instance(inst).text for inst in tqdm(instances, desc="states via API", unit="instance")]
+
+
+def answer_text(instance: Instance, answer: str | None) -> str | None:
+    """The option text a closed-set answer picked (a letter, possibly as "(B)"), else the answer as given.
+
+    >>> from memstate.schema import Fact
+    >>> inst = Instance("x", "fever", "evidence_conflict", "belief", "Claim?", (), "supported", "label",
+    ...                 ("supported", "refuted", "not enough info"), (Fact("F1", "Some evidence.", "evidence"),), ())
+    >>> answer_text(inst, "B"), answer_text(inst, "(A)"), answer_text(inst, " Refuted ")
+    ('refuted', 'supported', 'refuted')
+    """
+    if answer is None:
+        return None
+    cands = instance.candidates
+    letter = answer.strip().strip("()").strip()
+    letters = option_letters(len(cands))
+    if cands and letter in letters:
+        return cands[letters.index(letter)]
+    return answer.strip().lower()
+
+
+def state_record(text: str, instance: Instance) -> tuple[tuple[str, ...] | None, dict]:
+    state = parse_state(text)
+    ok = not isinstance(state, FormatError)
+    return (state.rules if ok else None), {
+        "state": text,
+        "format_ok": ok,
+        "format_error": None if ok else state.reason,
+        "leak": ok and leaks_answer(state.text, instance),
+        "rule_words": state.words if ok else 0,
+    }
+
+
 def evaluate_checkpoint(config: EvalConfig) -> Path:
-    """Run the evaluation, write ``report.json`` and ``report.md``; return the report dir."""
+    """Run the evaluation, write ``report.json``, ``report.md`` and ``report.png``; return the report dir."""
     checkpoint = resolve_checkpoint(config.checkpoint)
     meta_path = checkpoint / "memstate.json"
     meta = json.loads(meta_path.read_text()) if meta_path.is_file() else {}
@@ -99,53 +158,84 @@ def evaluate_checkpoint(config: EvalConfig) -> Path:
         raise ValueError(f"{checkpoint}: no memstate.json naming data and responder; pass --data and --responder")
     if config.max_new_tokens is None:
         config.max_new_tokens = meta.get("grpo_config", {}).get("max_completion_length", 128)
+    base_policy = config.base_policy or meta.get("policy_model")
+    if config.self_guide and not base_policy:
+        raise ValueError(
+            f"{checkpoint}: no memstate.json naming the base policy; pass --base-policy or --no-self-guide"
+        )
+    conditions = ["no_state", *(["self_guide"] if config.self_guide else []), "checkpoint"]
+    conditions += ["self_recheck"] if config.self_recheck else []
     instances = load_split(data_dir, config.split)[: config.max_instances]
-    logger.info("evaluating %s on %d %s instances", checkpoint, len(instances), config.split)
+    logger.info("evaluating %s on %d %s instances: %s", checkpoint, len(instances), config.split, conditions)
 
-    texts = generate_states(checkpoint, instances, config)
-    states = [parse_state(t) for t in texts]
-    rules = [None if isinstance(s, FormatError) else s.rules for s in states]
+    texts = {
+        "checkpoint": api_states(config.states_url, config.states_api_key, instances)
+        if config.states_url
+        else generate_states(checkpoint, instances, config)
+    }
+    if config.self_guide:
+        texts["self_guide"] = generate_states(Path(base_policy), instances, config)
+    rules = {"no_state": [None] * len(instances), "self_recheck": [SELF_RECHECK_RULES] * len(instances)}
+    state_info: dict[str, list[dict]] = {}
+    for cond, outputs in texts.items():
+        parsed = [state_record(t, inst) for t, inst in zip(outputs, instances, strict=True)]
+        rules[cond] = [r for r, _ in parsed]
+        state_info[cond] = [info for _, info in parsed]
+
     responder = TransformersResponder(responder_model, batch_size=config.batch_size)
-    baseline = judge(responder, instances, [None] * len(instances), config.score_mode)
-    with_state = judge(responder, instances, rules, config.score_mode)
+    judged = {}
+    for cond in conditions:
+        logger.info("responder: %s", cond)
+        judged[cond] = judge(responder, instances, rules[cond], config.score_mode)
 
     records = []
-    for inst, text, state, base, ours in zip(instances, texts, states, baseline, with_state, strict=True):
-        ok = not isinstance(state, FormatError)
-        records.append(
-            {
-                "id": inst.id,
-                "task": inst.task,
-                "perspective": inst.perspective,
-                "state": text,
-                "format_ok": ok,
-                "format_error": None if ok else state.reason,
-                "leak": ok and leaks_answer(state.text, inst),
-                "rule_words": state.words if ok else 0,
-                "no_state": {"score": base.score, "correct": base.correct},
-                "checkpoint": {"score": ours.score, "correct": ours.correct},
+    for i, inst in enumerate(instances):
+        record = {
+            "id": inst.id,
+            "source": inst.source,
+            "task": inst.task,
+            "perspective": inst.perspective,
+            "answer": inst.answer,
+            "user_label": inst.meta.get("user_label"),
+        }
+        for cond in conditions:
+            j = judged[cond][i]
+            tokens = len(responder.prompt_ids(responder_messages(inst, rules[cond][i])))
+            record[cond] = {
+                "score": j.score,
+                "correct": j.correct,
+                "answer": answer_text(inst, j.answer),
+                "tokens": tokens,
+                **state_info.get(cond, [{}] * len(instances))[i],
             }
-        )
+        records.append(record)
     report = {
         "checkpoint": str(checkpoint),
         "split": config.split,
+        "conditions": conditions,
         "prompt_version": PROMPT_VERSION,
         "checkpoint_prompt_version": meta.get("prompt_version"),
         "data_dir": str(data_dir),
         "data_manifest_sha256": manifest_sha256(data_dir),
         "responder_model": str(responder_model),
+        "base_policy": str(base_policy) if config.self_guide else None,
         "score_mode": config.score_mode,
+        "states_source": config.states_url or "in-process",
         "policy_sampling": {
             "temperature": config.temperature,
             "seed": config.seed,
             "max_new_tokens": config.max_new_tokens,
         },
-        "metrics": summarize(records),
+        "bootstrap_resamples": config.bootstrap_resamples,
+        "config": asdict(config),
+        "metrics": summarize(records, conditions, config.bootstrap_resamples),
         "records": records,
     }
     out_dir = Path(config.out_dir) if config.out_dir else checkpoint / f"eval-{config.split}"
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / "report.json").write_text(json.dumps(report, indent=2))
     (out_dir / "report.md").write_text(render_markdown(report))
-    logger.info("report in %s: %s", out_dir, json.dumps(report["metrics"]["overall"]))
+    render_png(report, out_dir / "report.png")
+    overall = report["metrics"]["overall"]["conditions"]
+    logger.info("report in %s: %s", out_dir, json.dumps({c: overall[c]["accuracy"] for c in conditions}))
     return out_dir

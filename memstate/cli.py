@@ -68,8 +68,40 @@ def _reward(args: argparse.Namespace) -> None:
 
 
 def _eval(args: argparse.Namespace) -> None:
+    if args.eval_command == "compare":
+        from evaluate.compare import compare_runs
+
+        out = compare_runs(args.runs, args.out)
+        print((out / "compare.md").read_text())
+        print(f"chart: {out / 'compare.png'}")
+        return
+    if args.eval_command == "memsyco":
+        from evaluate.memsyco import JudgeConfig, MemSycoEvalConfig, evaluate_memsyco
+
+        judge = JudgeConfig(
+            url=args.judge_url,
+            model=args.judge_model,
+            temperature=args.judge_temperature,
+            api_key=os.environ.get(args.judge_api_key_env) if args.judge_api_key_env else None,
+        )
+        out = evaluate_memsyco(
+            MemSycoEvalConfig(
+                data=args.data_files,
+                responder_model=args.responder,
+                judge=judge,
+                out_dir=args.out,
+                responder_url=args.responder_url,
+                checkpoint=args.checkpoint,
+                max_rows=args.max_rows,
+                seed=args.seed,
+            )
+        )
+        print((out / "memsyco_report.md").read_text())
+        return
     from evaluate.run import EvalConfig, evaluate_checkpoint
 
+    if not args.checkpoint:
+        raise SystemExit("memstate eval: --checkpoint is required (or a subcommand: compare)")
     out = evaluate_checkpoint(
         EvalConfig(
             checkpoint=args.checkpoint,
@@ -82,9 +114,15 @@ def _eval(args: argparse.Namespace) -> None:
             temperature=args.temperature,
             seed=args.seed,
             score_mode=args.score_mode,
+            base_policy=args.base_policy,
+            self_guide=not args.no_self_guide,
+            self_recheck=args.self_recheck,
+            states_url=args.states_url,
+            states_api_key=os.environ.get(args.states_api_key_env) if args.states_api_key_env else None,
+            bootstrap_resamples=args.bootstrap_resamples,
         )
     )
-    print(f"report: {out / 'report.md'}")
+    print(f"report: {out / 'report.md'} (and report.json, report.png)")
     print((out / "report.md").read_text())
 
 
@@ -153,8 +191,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--batch-size", type=int, default=64, help="Instances per batch.")
     p.add_argument("--concurrency", type=int, default=64, help="HTTP requests in flight (with --url).")
 
-    p = sub.add_parser("eval", help="Evaluate a checkpoint: responder accuracy with and without its states.")
-    p.add_argument("--checkpoint", required=True, help="Checkpoint dir, or a training output dir (uses final/).")
+    p = sub.add_parser(
+        "eval",
+        help="Evaluate a checkpoint (no state / self-guide / checkpoint / self-recheck), or compare runs.",
+        description="memstate eval --checkpoint CKPT [...] | memstate eval compare RUN_A RUN_B ... --out DIR",
+    )
+    p.add_argument("--checkpoint", help="Checkpoint dir, or a training output dir (uses final/).")
     p.add_argument("--split", default="test", help="Split to evaluate (default test).")
     p.add_argument("--data", help="Dataset dir (default: the one the checkpoint was trained on).")
     p.add_argument("--responder", help="Responder model (default: the checkpoint's training responder).")
@@ -164,6 +206,35 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--temperature", type=float, default=0.3, help="Policy sampling temperature; 0 = greedy.")
     p.add_argument("--seed", type=int, default=0, help="Policy sampling seed (default 0).")
     p.add_argument("--score-mode", choices=["likelihood", "exact"], default="likelihood", help="Responder scoring.")
+    p.add_argument("--base-policy", help="Untrained policy for self-guide (default: the checkpoint's policy_model).")
+    p.add_argument("--no-self-guide", action="store_true", help="Leave out the self-guide condition.")
+    p.add_argument("--self-recheck", action="store_true", help="Add the self-recheck condition.")
+    p.add_argument("--states-url", help="Take checkpoint states from this reasoning-state API (memstate serve api).")
+    p.add_argument("--states-api-key-env", default="MEMSTATE_API_KEY", help="Env var with the API's bearer token.")
+    p.add_argument("--bootstrap-resamples", type=int, default=2000, help="Paired bootstrap resamples (default 2000).")
+    eval_sub = p.add_subparsers(dest="eval_command", metavar="{compare,memsyco}")
+    c = eval_sub.add_parser("compare", help="Compare evaluation runs: a Markdown table and a bar chart (PNG).")
+    c.add_argument("runs", nargs="+", help="Report dirs (or report.json files) of memstate eval runs.")
+    c.add_argument("--out", required=True, help="Output dir for compare.md and compare.png.")
+    m = eval_sub.add_parser(
+        "memsyco",
+        help="MemSyco-Bench: the responder answers each row (no state / checkpoint states); an LLM judge labels it.",
+        description="Rows in MemSyco-Bench's JSONL format (validated against its schema.json); the judge follows the "
+        "benchmark's published prompts and pass rules (evaluate/memsyco.py).",
+    )
+    m.add_argument("data_files", nargs="+", help="MemSyco-Bench .jsonl files or directories of them.")
+    m.add_argument(
+        "--responder", required=True, help="Responder model path/id, or the served name with --responder-url."
+    )
+    m.add_argument("--responder-url", help="OpenAI-compatible server of the responder.")
+    m.add_argument("--checkpoint", help="Policy checkpoint: adds the checkpoint condition.")
+    m.add_argument("--judge-url", required=True, help="OpenAI-compatible server of the judge (e.g. vllm serve).")
+    m.add_argument("--judge-model", required=True, help="Model name the judge server serves.")
+    m.add_argument("--judge-temperature", type=float, default=0.0, help="Judge temperature (benchmark: 0).")
+    m.add_argument("--judge-api-key-env", default="MEMSTATE_JUDGE_API_KEY", help="Env var with the judge's token.")
+    m.add_argument("--max-rows", type=int, help="Use only the first N rows of each file.")
+    m.add_argument("--seed", type=int, default=0, help="Policy sampling seed.")
+    m.add_argument("--out", required=True, help="Report dir (memsyco_report.json / .md).")
 
     p = sub.add_parser("serve", help="Serve the policy (vLLM) and the reasoning-state API.")
     serve_sub = p.add_subparsers(dest="serve_command", required=True)

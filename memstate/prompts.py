@@ -26,6 +26,14 @@ RESPONDER_SYSTEM = "You are a helpful personal assistant. Answer the user's requ
 
 STATE_HEADER = "Rules for using the memories:"
 
+# The "self-recheck" evaluation condition: no policy, the responder is told to recheck its memories itself, in the
+# same place a reasoning state would go (so it is compared with states on equal terms).
+SELF_RECHECK_RULES = (
+    "Before answering, recheck every memory: does it still hold, was it superseded by a newer one, does it "
+    "conflict with the evidence?",
+    "Answer only from the memories that still hold and from the evidence.",
+)
+
 
 def format_fact(fact: Fact) -> str:
     """``[F1] (kind, scope, time) text`` — the role is never shown.

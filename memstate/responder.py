@@ -73,7 +73,8 @@ class TransformersResponder:
         self.device = device
         self.forward_passes = 0
 
-    def _prompt_ids(self, messages: list[Message]) -> list[int]:
+    def prompt_ids(self, messages: list[Message]) -> list[int]:
+        """The chat-templated prompt as token ids (what the responder reads)."""
         # enable_thinking=False: Qwen3 responders answer directly; templates without the flag ignore it.
         return self.tokenizer.apply_chat_template(
             messages, add_generation_prompt=True, tokenize=True, enable_thinking=False, return_dict=False
@@ -107,7 +108,7 @@ class TransformersResponder:
     def answer_logprob(
         self, prompts: list[list[Message]], continuations: list[list[str]]
     ) -> list[list[ContinuationLogprob]]:
-        prompt_ids = [self._prompt_ids(m) for m in prompts]
+        prompt_ids = [self.prompt_ids(m) for m in prompts]
         cont_ids = [[self.tokenizer.encode(c, add_special_tokens=False) for c in conts] for conts in continuations]
         results: list[list[ContinuationLogprob]] = [[] for _ in prompts]
         # Single-token candidates (option letters): one row per prompt, read every candidate at the last position.
@@ -125,7 +126,7 @@ class TransformersResponder:
 
     @torch.no_grad()
     def answer(self, prompts: list[list[Message]], max_new_tokens: int = 32) -> list[str]:
-        rows = [self._prompt_ids(m) for m in prompts]
+        rows = [self.prompt_ids(m) for m in prompts]
         answers: list[str] = []
         for _, ids, mask in self._batches(rows):
             out = self.model.generate(

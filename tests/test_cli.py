@@ -10,6 +10,7 @@ from memstate.cli import main
         ("build-data", "--config"),
         ("train", "--resume"),
         ("eval", "--checkpoint"),
+        ("serve", "policy"),
     ],
 )
 def test_every_subcommand_has_help(command, expected, capsys):
@@ -21,9 +22,13 @@ def test_every_subcommand_has_help(command, expected, capsys):
 
 def test_unknown_arguments_are_rejected_outside_train(capsys):
     with pytest.raises(SystemExit) as exit_info:
-        main(["eval", "--checkpoint", "x", "--bogus", "1"])
+        main(["build-data", "--config", "x", "--out", "y", "--bogus", "1"])
     assert exit_info.value.code == 2
     assert "unrecognized arguments: --bogus 1" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exit_info:
+        main(["eval", "--checkpoint", "x", "--bogus"])
+    assert exit_info.value.code == 2
+    assert "unrecognized arguments: --bogus" in capsys.readouterr().err
 
 
 def test_train_rejects_unknown_config_fields(tmp_path):

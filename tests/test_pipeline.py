@@ -78,24 +78,40 @@ def test_resume_without_checkpoint_is_a_clear_error(trained, tmp_path):
         main(["train", *args, "--max_steps", "2", "--resume"])
 
 
-def test_eval_writes_reports(trained):
+def test_eval_runs_every_condition_and_writes_three_reports(trained):
     tmp, _ = trained
     out = tmp / "eval"
-    assert (
-        main(["eval", "--checkpoint", str(tmp / "run"), "--split", "test", "--out", str(out), "--max-new-tokens", "16"])
-        == 0
-    )
+    argv = ["eval", "--checkpoint", str(tmp / "run"), "--split", "test", "--out", str(out), "--max-new-tokens", "16",
+            "--self-recheck", "--bootstrap-resamples", "200"]  # fmt: skip
+    assert main(argv) == 0
     report = json.loads((out / "report.json").read_text())
     n_test = sum(1 for _ in open(tmp / "data" / "test.jsonl"))
+    assert report["conditions"] == ["no_state", "self_guide", "checkpoint", "self_recheck"]
+    assert report["prompt_version"] == PROMPT_VERSION and report["checkpoint"].endswith("final")
+    assert report["base_policy"] == str(json.loads((tmp / "run/final/memstate.json").read_text())["policy_model"])
     overall = report["metrics"]["overall"]
     assert overall["n"] == n_test == len(report["records"])
-    assert report["prompt_version"] == PROMPT_VERSION and report["checkpoint"].endswith("final")
-    for key in ("accuracy_no_state", "accuracy_checkpoint", "gain_mean", "format_rate", "leak_rate"):
-        assert overall[key] is not None
-    # the no-state condition does not depend on the policy: recompute one record's baseline from the report
-    rec = report["records"][0]
-    assert 0.0 <= rec["no_state"]["score"] <= 1.0
-    if not rec["format_ok"]:
-        assert rec["checkpoint"]["score"] == pytest.approx(rec["no_state"]["score"])
+    for cond in report["conditions"]:
+        m = overall["conditions"][cond]
+        assert m["accuracy"] is not None and m["responder_tokens_mean"] > 0
+        assert m["sycophancy_n"] == sum(r["task"] == "evidence_conflict" for r in report["records"])
+    assert overall["conditions"]["checkpoint"]["format_rate"] is not None
+    assert set(overall["differences"]) == {"self_guide-no_state", "checkpoint-no_state", "self_recheck-no_state",
+                                           "checkpoint-self_guide"}  # fmt: skip
+    gain = overall["differences"]["checkpoint-no_state"]["score"]
+    assert gain["ci95"][0] <= gain["mean"] <= gain["ci95"][1]
+    for rec in report["records"]:
+        assert 0.0 <= rec["no_state"]["score"] <= 1.0
+        # an unusable state means the instance is answered without rules: same prompt, same score as no state
+        if not rec["checkpoint"]["format_ok"]:
+            assert rec["checkpoint"]["score"] == pytest.approx(rec["no_state"]["score"])
+            assert rec["checkpoint"]["tokens"] == rec["no_state"]["tokens"]
+        else:
+            assert rec["checkpoint"]["tokens"] > rec["no_state"]["tokens"]
+        assert rec["self_recheck"]["tokens"] > rec["no_state"]["tokens"]
     md = (out / "report.md").read_text()
-    assert "acc (no state)" in md and "evidence_conflict/belief" in md
+    assert "| self_recheck |" in md and "checkpoint-self_guide" in md and "## By task" in md
+    from PIL import Image
+
+    with Image.open(out / "report.png") as png:
+        assert png.size[0] > 400 and png.size[1] > 200

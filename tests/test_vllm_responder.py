@@ -87,7 +87,7 @@ def test_http_endpoints_match_the_in_process_model(instances, local, server):
     for messages, option_set, reference in zip(prompts, letters, expected, strict=True):
         # (a) /tokenize applies the served chat template: the ids are exactly the in-process prompt's.
         prompt_ids = tokenize(messages=messages, add_generation_prompt=True, chat_template_kwargs=NO_THINKING)
-        assert prompt_ids == local._prompt_ids(messages)
+        assert prompt_ids == local.prompt_ids(messages)
         assert tokenize(messages=messages, add_generation_prompt=True) == prompt_ids  # the tiny template ignores it
 
         # (b) prompt_logprobs: one row per letter in one request; each position holds its actual token's log-prob.
@@ -130,7 +130,7 @@ def test_http_endpoints_match_the_in_process_model(instances, local, server):
     print(f"max |vLLM - transformers| option-letter log-prob over {len(prompts)} prompts: {worst:.2e}")
 
     # Every prompt position, teacher-forced, for the longest prompt.
-    row = max((local._prompt_ids(m) for m in prompts), key=len) + [letter_id["A"]]
+    row = max((local.prompt_ids(m) for m in prompts), key=len) + [letter_id["A"]]
     positions = http_json(
         f"{server}/v1/completions",
         {"model": SERVED_NAME, "prompt": row, "max_tokens": 1, "temperature": 0, "prompt_logprobs": 0},
@@ -155,7 +155,7 @@ def test_http_endpoints_match_the_in_process_model(instances, local, server):
             choice = body["choices"][0]
             assert choice["message"]["content"] == want_text
             generated = [e["logprob"] for e in choice["logprobs"]["content"]]
-            ids, new = local._prompt_ids(messages), choice["token_ids"]
+            ids, new = local.prompt_ids(messages), choice["token_ids"]
             assert len(new) == len(generated) == 8
             with torch.no_grad():
                 logp = torch.log_softmax(local.model(input_ids=torch.tensor([ids + new])).logits.float(), dim=-1)[0]

@@ -1,0 +1,267 @@
+"""MemSyco-Bench rows: loading (validated against the benchmark's schema.json) and mapping to Instances."""
+
+from __future__ import annotations
+
+import functools
+import json
+import logging
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import jsonschema_rs
+
+from memstate.schema import Fact, Instance, Relation, stable_id
+
+logger = logging.getLogger("memstate.evaluate.memsyco")
+
+
+class MemSycoError(ValueError):
+    """A MemSyco-Bench file or row that cannot be used; the message is ``FILE:LINE: field PATH: reason``."""
+
+
+@dataclass(frozen=True)
+class MemSycoRow:
+    """One validated row, kept whole (``raw``), with where it came from."""
+
+    raw: dict[str, Any]
+    file: str
+    line: int
+
+    @property
+    def id(self) -> str:
+        return self.raw["id"]
+
+    @property
+    def task(self) -> str:
+        return self.raw["task"]
+
+    @property
+    def dialogue(self) -> list[dict[str, str]]:
+        return self.raw["dialogue"]
+
+    @property
+    def question(self) -> str:
+        return self.raw["question"]
+
+    @property
+    def memory_policy(self) -> str:
+        return self.raw["memory"]["policy"]
+
+    @property
+    def memory_items(self) -> list[dict[str, str]]:
+        return self.raw["memory"]["items"]
+
+    @property
+    def evaluation(self) -> dict[str, Any]:
+        return self.raw["evaluation"]
+
+    @property
+    def rubric(self) -> dict[str, Any]:
+        return self.raw["evaluation"]["rubric"]
+
+    @property
+    def metadata(self) -> dict[str, Any]:
+        return self.raw["metadata"]
+
+    @property
+    def where(self) -> str:
+        return f"{self.file}:{self.line}"
+
+
+@functools.lru_cache(maxsize=8)
+def _validator(schema_path: str) -> Any:
+    try:
+        schema = json.loads(Path(schema_path).read_text(encoding="utf-8"))
+    except (OSError, ValueError) as e:
+        raise MemSycoError(f"{schema_path}: cannot read the MemSyco-Bench schema: {e}") from None
+    return jsonschema_rs.validator_for(schema)
+
+
+def field_path(parts: Sequence[str | int]) -> str:
+    """A JSON instance path as ``memory.items[0].status``.
+
+    >>> field_path(["memory", "items", 0, "status"]), field_path([])
+    ('memory.items[0].status', '(row)')
+    """
+    out = ""
+    for p in parts:
+        out += f"[{p}]" if isinstance(p, int) else (f".{p}" if out else str(p))
+    return out or "(row)"
+
+
+def _describe(error: Any) -> str:
+    path, kind = list(error.instance_path), error.kind
+    name = type(kind).__name__
+    if name == "Required":  # the path is the parent object's: name the missing field itself
+        return f"field {field_path([*path, kind.property])}: required field is missing"
+    if name == "AdditionalProperties":
+        return f"field {field_path([*path, kind.unexpected[0]])}: not a field of the MemSyco-Bench schema"
+    return f"field {field_path(path)}: {error.message}"
+
+
+def load_memsyco(path: str | Path, schema: str | Path | None = None) -> list[MemSycoRow]:
+    """Every row of one MemSyco-Bench JSONL file, validated against ``schema`` (default: ``schema.json`` beside it).
+
+    Blank lines are skipped; the first bad line raises ``MemSycoError`` naming ``FILE:LINE`` and the field."""
+    path = Path(path)
+    validator = _validator(str(Path(schema) if schema else path.parent / "schema.json"))
+    rows: list[MemSycoRow] = []
+    seen: dict[str, int] = {}
+    try:
+        lines = path.read_bytes().splitlines()
+    except OSError as e:
+        raise MemSycoError(f"{path}: cannot read: {e.strerror}") from None
+    for lineno, data in enumerate(lines, 1):
+        where = f"{path}:{lineno}"
+        if not data.strip():
+            continue
+        try:
+            raw = json.loads(data.decode("utf-8"))
+        except UnicodeDecodeError as e:
+            raise MemSycoError(f"{where}: not UTF-8 text ({e.reason} at byte {e.start})") from None
+        except json.JSONDecodeError as e:
+            raise MemSycoError(f"{where}: invalid JSON: {e.msg} (column {e.colno})") from None
+        error = next(iter(validator.iter_errors(raw)), None)
+        if error is not None:
+            raise MemSycoError(f"{where}: {_describe(error)}")
+        if raw["id"] in seen:
+            raise MemSycoError(f"{where}: field id: {raw['id']!r} is already the id of line {seen[raw['id']]}")
+        seen[raw["id"]] = lineno
+        rows.append(MemSycoRow(raw, str(path), lineno))
+    return rows
+
+
+def memsyco_files(paths: Sequence[str | Path]) -> list[Path]:
+    """The JSONL files named by ``paths``: files as given, directories as their ``*.jsonl`` (sorted)."""
+    files: list[Path] = []
+    for p in map(Path, paths):
+        if p.is_dir():
+            found = sorted(p.glob("*.jsonl"))
+            if not found:
+                raise MemSycoError(f"{p}: no *.jsonl files")
+            files += found
+        elif p.is_file():
+            files.append(p)
+        else:
+            raise MemSycoError(f"{p}: no such file or directory")
+    return files
+
+
+def load_memsyco_dir(path: str | Path, schema: str | Path | None = None) -> list[MemSycoRow]:
+    """Every row of every ``*.jsonl`` file in a directory (ids unique across files)."""
+    rows: list[MemSycoRow] = []
+    seen: dict[str, str] = {}
+    for file in memsyco_files([path]):
+        for row in load_memsyco(file, schema):
+            if row.id in seen:
+                raise MemSycoError(f"{row.where}: field id: {row.id!r} is already the id of {seen[row.id]}")
+            seen[row.id] = row.where
+            rows.append(row)
+    return rows
+
+
+# ---- rows to Instances ----------------------------------------------------------------------------------------------
+
+_KIND_KEYS = ("preference", "belief", "constraint", "experience", "evidence")
+_INFORMATION = re.compile(r"<information>(.*?)</information>", re.DOTALL)
+_SOURCE_HEAD = re.compile(r"^\[([^\]\n]+)\]\s*$", re.MULTILINE)
+
+
+def fact_kind(item_type: str) -> str:
+    """The schema fact kind of a MemSyco-Bench memory item type.
+
+    >>> fact_kind("reinforced_positive_preference"), fact_kind("preference"), fact_kind("biography")
+    ('preference', 'preference', 'fact')
+    """
+    low = item_type.lower()
+    return next((k for k in _KIND_KEYS if k in low), "fact")
+
+
+def clip(text: str, limit: int) -> str:
+    """Whitespace collapsed and cut to at most ``limit`` characters at a word boundary, marked with '…'.
+
+    >>> clip("one  two three four", 12)
+    'one two…'
+    """
+    text = " ".join(text.split())
+    if len(text) <= limit:
+        return text
+    cut = text[: limit - 1]
+    space = cut.rfind(" ")
+    return (cut[:space] if space > limit // 2 else cut).rstrip() + "…"
+
+
+def evidence_excerpts(content: str) -> list[str]:
+    """The source excerpts of the ``<information>`` blocks of an assistant turn, as ``"Title: text"``.
+
+    >>> evidence_excerpts("<information>\\n[Review, 2026]\\nB wins.\\n\\n[Blog]\\nA: ok\\n</information> Found.")
+    ['Review, 2026: B wins.', 'Blog: A: ok']
+    """
+    out = []
+    for block in _INFORMATION.findall(content):
+        heads = list(_SOURCE_HEAD.finditer(block))
+        if not heads:
+            out += [block.strip()] if block.strip() else []
+        for head, nxt in zip(heads, [*heads[1:], None], strict=True):
+            out.append(f"{head.group(1)}: {block[head.end() : nxt.start() if nxt else len(block)].strip()}")
+    return out
+
+
+def _memory_role(status: str, policy: str) -> str:
+    if status == "outdated":
+        return "outdated"
+    return "conflict" if policy in ("ignore_as_evidence", "defer_to_evidence") else "gold"
+
+
+def to_instance(
+    row: MemSycoRow, *, include_memory: bool = True, max_fact_chars: int = 800, max_dialogue_facts: int = 12
+) -> Instance:
+    """The Instance the policy and the responder see for a row (see the module docstring for every choice)."""
+    facts: list[Fact] = []
+    current: list[str] = []
+    outdated: list[str] = []
+    if include_memory:
+        for item in row.memory_items:
+            fid = f"F{len(facts) + 1}"
+            role = _memory_role(item["status"], row.memory_policy)
+            facts.append(Fact(fid, clip(item["content"], max_fact_chars), fact_kind(item["type"]), role=role))
+            if item["status"] == "current":
+                current.append(fid)
+            elif item["status"] == "outdated":
+                outdated.append(fid)
+    dialogue: list[tuple[str, str, int]] = []
+    for turn, message in enumerate(row.dialogue):
+        if message["role"] == "user":
+            dialogue.append(("experience", message["content"], turn))
+        else:
+            dialogue += [("evidence", text, turn) for text in evidence_excerpts(message["content"])]
+    for kind, text, turn in dialogue[max(0, len(dialogue) - max_dialogue_facts) :]:
+        facts.append(Fact(f"F{len(facts) + 1}", clip(text, max_fact_chars), kind, turn=turn, role="support"))
+    if not facts:
+        raise MemSycoError(f"{row.where}: no facts: memory items left out and no user turn or evidence kept")
+    meta = {
+        "memsyco_id": row.id,
+        "where": row.where,
+        "memory_policy": row.memory_policy,
+        "subtype": row.metadata.get("subtype"),
+        "topic": row.metadata.get("topic"),
+        "source_id": row.metadata.get("source_id"),
+        "group": row.id,
+    }
+    return Instance(
+        id=stable_id("memsyco", row.task, row.id),
+        source="memsyco",
+        task=row.task,
+        perspective="none",
+        question=row.question,
+        options=(),
+        answer=row.evaluation["reference_answer"],
+        answer_kind="free",
+        labels=(),
+        facts=tuple(facts),
+        relations=tuple(Relation(c, "SUPERSEDES", o) for c in current for o in outdated),
+        meta={k: v for k, v in meta.items() if v is not None},
+    )

@@ -1,0 +1,270 @@
+"""``memstate eval memsyco``: answer every row per condition, have each answer judged, write the report."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+from collections import defaultdict
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+from tqdm import tqdm
+
+from evaluate.memsyco.data import MemSycoError, MemSycoRow, load_memsyco, memsyco_files, to_instance
+from evaluate.memsyco.judge import JUDGES, JUDGING_SOURCE, JudgeConfig, JudgeResult, check_judge, judge_answer
+from memstate.prompts import PROMPT_VERSION, Message, responder_messages
+from memstate.rules import FormatError, parse_state, strip_think
+from memstate.schema import Instance
+
+logger = logging.getLogger("memstate.evaluate.memsyco")
+
+# ---- the evaluation -------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class MemSycoEvalConfig:
+    data: list[str] = field(metadata={"help": "MemSyco-Bench JSONL files and/or directories of them."})
+    responder_model: str = field(metadata={"help": "Responder model path/id (in-process unless responder_url)."})
+    judge: JudgeConfig = field(metadata={"help": "The LLM judge."})
+    out_dir: str = field(metadata={"help": "Report directory."})
+    responder_url: str | None = field(default=None, metadata={"help": "OpenAI-compatible server of the responder."})
+    checkpoint: str | None = field(default=None, metadata={"help": "Policy checkpoint: adds the checkpoint condition."})
+    schema: str | None = field(default=None, metadata={"help": "schema.json; default: the one beside each file."})
+    max_rows: int | None = field(default=None, metadata={"help": "Use only the first N rows of each file."})
+    seed: int = field(default=0, metadata={"help": "Policy sampling seed."})
+    policy_temperature: float = field(default=0.3, metadata={"help": "Policy sampling temperature (serve API's)."})
+    policy_max_new_tokens: int | None = field(
+        default=None, metadata={"help": "Token limit of a state; default: the checkpoint's max_completion_length."}
+    )
+    answer_max_tokens: int = field(default=256, metadata={"help": "Token limit of a responder answer."})
+    batch_size: int = field(default=8, metadata={"help": "Responder and policy batch size."})
+    include_memory: bool = field(default=True, metadata={"help": "Show the gold memory items as facts (oracle)."})
+    max_fact_chars: int = field(default=800, metadata={"help": "Characters per fact (cut at a word boundary)."})
+    max_dialogue_facts: int = field(default=12, metadata={"help": "Latest dialogue facts kept per row."})
+
+
+def _sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def _answers(responder: Any, prompts: list[list[Message]], config: MemSycoEvalConfig, desc: str) -> list[str | None]:
+    out: list[str | None] = []
+    for start in tqdm(range(0, len(prompts), config.batch_size), desc=desc, unit="batch"):
+        batch = responder.answer(prompts[start : start + config.batch_size], max_new_tokens=config.answer_max_tokens)
+        out += [None if a is None else strip_think(a).strip() for a in batch]
+    return out
+
+
+def _policy_states(config: MemSycoEvalConfig, instances: list[Instance]) -> tuple[list[str], dict[str, Any]]:
+    from evaluate.run import EvalConfig, generate_states, resolve_checkpoint
+
+    checkpoint = resolve_checkpoint(config.checkpoint)
+    meta_path = checkpoint / "memstate.json"
+    meta = json.loads(meta_path.read_text()) if meta_path.is_file() else {}
+    max_new = config.policy_max_new_tokens or meta.get("grpo_config", {}).get("max_completion_length", 128)
+    sampling = EvalConfig(
+        checkpoint=str(checkpoint),
+        temperature=config.policy_temperature,
+        seed=config.seed,
+        batch_size=config.batch_size,
+        max_new_tokens=max_new,
+    )
+    info = {
+        "checkpoint": str(checkpoint),
+        "checkpoint_prompt_version": meta.get("prompt_version"),
+        "temperature": config.policy_temperature,
+        "seed": config.seed,
+        "max_new_tokens": max_new,
+    }
+    return generate_states(checkpoint, instances, sampling), info
+
+
+def _rate(values: list[int | bool]) -> float | None:
+    return sum(values) / len(values) if values else None
+
+
+def group_metrics(records: list[dict[str, Any]], task: str | None = None) -> dict[str, Any]:
+    """n, judged/unjudged counts, pass rate over judged answers (as upstream) and over all, per-label rates."""
+    judged = [r for r in records if r["passed"] is not None]
+    m: dict[str, Any] = {
+        "n": len(records),
+        "judged": len(judged),
+        "unjudged": len(records) - len(judged),
+        "unanswered": sum(r["answer"] is None for r in records),
+        "pass_rate": _rate([r["passed"] for r in judged]),
+        "pass_rate_all": _rate([bool(r["passed"]) for r in records]),
+        "judge_warnings": sum(bool(r["judge_warnings"]) for r in records),
+    }
+    if task is not None:
+        spec = JUDGES[task]
+        m["pass_name"] = spec.pass_name
+        m["labels"] = {name: _rate([r["labels"][name] for r in judged]) for name in spec.labels}
+        m["paper_metrics"] = {metric: m["labels"][label] for metric, label in spec.paper}
+    return m
+
+
+def summarize(records: list[dict[str, Any]]) -> dict[str, Any]:
+    """Per condition: overall and per-task ``group_metrics``."""
+    out: dict[str, Any] = {}
+    for condition in dict.fromkeys(r["condition"] for r in records):
+        by_task: dict[str, list[dict]] = defaultdict(list)
+        for r in records:
+            if r["condition"] == condition:
+                by_task[r["task"]].append(r)
+        all_records = [r for rs in by_task.values() for r in rs]
+        out[condition] = {
+            "overall": group_metrics(all_records),
+            "by_task": {t: group_metrics(rs, t) for t, rs in sorted(by_task.items())},
+        }
+    return out
+
+
+def _fmt(value: float | int | None) -> str:
+    return "–" if value is None else f"{value:.3f}" if isinstance(value, float) else str(value)
+
+
+def render_markdown(report: dict[str, Any]) -> str:
+    judge = report["judge"]
+    files = ", ".join(f"{Path(f['path']).name} ({f['rows_used']}/{f['rows']} rows)" for f in report["data"]["files"])
+    lines = [
+        "# MemSyco-Bench evaluation",
+        "",
+        f"- judge: `{judge['model']}` at {judge['url']}, temperature {judge['temperature']}, "
+        f"max_tokens {judge['max_tokens']} (prompts: MemSyco-Bench's, verbatim; in `memsyco_report.json`)",
+        f"- responder: `{report['responder']['model']}`; prompts {report['prompt_version']}",
+        f"- data: {files}",
+        "- rates are over judged answers (as the benchmark's); `pass (all)` counts unjudged answers as failures",
+        "",
+        "| condition | task | n | judged | unjudged | pass | pass (all) | labels |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for condition, block in report["metrics"].items():
+        for task, m in [*block["by_task"].items(), ("all", block["overall"])]:
+            labels = ", ".join(f"{k} {_fmt(v)}" for k, v in m.get("labels", {}).items())
+            row = [condition, task, m["n"], m["judged"], m["unjudged"], m["pass_rate"], m["pass_rate_all"]]
+            lines.append("| " + " | ".join(_fmt(v) if not isinstance(v, str) else v for v in row) + f" | {labels} |")
+    if report["unjudged"]:
+        lines += ["", f"{len(report['unjudged'])} answer(s) unjudged; the reasons are listed in memsyco_report.json."]
+    return "\n".join(lines) + "\n"
+
+
+def evaluate_memsyco(config: MemSycoEvalConfig) -> Path:
+    """Answer, judge and report (see the module docstring); return the report dir."""
+    from memstate.responder import make_responder
+
+    files = memsyco_files(config.data)
+    loaded = [(f, load_memsyco(f, config.schema)) for f in files]
+    rows = [r for _, rs in loaded for r in rs[: config.max_rows]]
+    seen: dict[str, str] = {}
+    for row in rows:
+        if row.id in seen:
+            raise MemSycoError(f"{row.where}: field id: {row.id!r} is already the id of {seen[row.id]}")
+        seen[row.id] = row.where
+    instances = [
+        to_instance(
+            r,
+            include_memory=config.include_memory,
+            max_fact_chars=config.max_fact_chars,
+            max_dialogue_facts=config.max_dialogue_facts,
+        )
+        for r in rows
+    ]
+    check_judge(config.judge)  # fail before hours of answering, not after
+    logger.info("MemSyco-Bench: %d rows from %d file(s)", len(rows), len(files))
+
+    policy_info = None
+    states: list[str] = []
+    if config.checkpoint:  # states first: the policy is freed before the responder loads
+        states, policy_info = _policy_states(config, instances)
+    responder = make_responder(config.responder_model, config.responder_url, batch_size=config.batch_size)
+    conditions: dict[str, list[tuple[str, ...] | None]] = {"no_state": [None] * len(instances)}
+    parsed = [parse_state(t) for t in states]
+    if config.checkpoint:
+        conditions["checkpoint"] = [None if isinstance(s, FormatError) else s.rules for s in parsed]
+
+    records: list[dict[str, Any]] = []
+    for condition, rules in conditions.items():
+        prompts = [responder_messages(inst, r) for inst, r in zip(instances, rules, strict=True)]
+        answers = _answers(responder, prompts, config, f"answers ({condition})")
+        for i, (row, inst, answer) in enumerate(zip(rows, instances, answers, strict=True)):
+            record = {"condition": condition, "id": row.id, "instance_id": inst.id, "task": row.task}
+            record |= {"where": row.where, "answer": answer}
+            if condition == "checkpoint":
+                ok = not isinstance(parsed[i], FormatError)
+                record["state"] = {"text": states[i], "format_ok": ok, "format_error": None if ok else parsed[i].reason}
+            records.append(record)
+
+    def run_judge(record: dict[str, Any], row: MemSycoRow, client: httpx.Client) -> JudgeResult:
+        if record["answer"] is None:
+            return JudgeResult({}, None, error="the responder gave no answer")
+        return judge_answer(config.judge, row, record["answer"], client=client)
+
+    row_of = {r.id: r for r in rows}
+    with config.judge.client() as client, ThreadPoolExecutor(config.judge.concurrency) as pool:
+        futures = [pool.submit(run_judge, rec, row_of[rec["id"]], client) for rec in records]
+        for rec, future in zip(records, tqdm(futures, desc="judge", unit="answer"), strict=True):
+            result = future.result()
+            rec |= {"labels": result.labels, "passed": result.passed, "rationale": result.rationale}
+            rec |= {"judge_error": result.error, "judge_warnings": result.warnings, "judge_reply": result.reply[:2000]}
+
+    first_of_task = {r.task: r for r in reversed(rows)}
+    schemas = sorted({str(Path(config.schema) if config.schema else f.parent / "schema.json") for f in files})
+    report = {
+        "benchmark": "MemSyco-Bench",
+        "judging_source": JUDGING_SOURCE,
+        "prompt_version": PROMPT_VERSION,
+        "judge": {
+            "url": config.judge.url,
+            "model": config.judge.model,
+            "temperature": config.judge.temperature,
+            "max_tokens": config.judge.max_tokens,
+            "extra_body": config.judge.extra_body,
+            "prompts": {
+                t: {
+                    "system": JUDGES[t].prompt,
+                    "system_sha256": hashlib.sha256(JUDGES[t].prompt.encode()).hexdigest(),
+                    "user": "json.dumps(payload, ensure_ascii=False, indent=2) with keys "
+                    + ", ".join(JUDGES[t].payload(row, "")),
+                    "labels": list(JUDGES[t].labels),
+                    "pass": f"{JUDGES[t].pass_name} = "
+                    + " and ".join(f"{k} == {v}" for k, v in JUDGES[t].require.items()),
+                }
+                for t, row in sorted(first_of_task.items())
+            },
+        },
+        "responder": {
+            "model": config.responder_model,
+            "url": config.responder_url,
+            "max_new_tokens": config.answer_max_tokens,
+            "decoding": "greedy",
+        },
+        "policy": policy_info,
+        "data": {
+            "files": [
+                {"path": str(f), "sha256": _sha256(f), "rows": len(rs), "rows_used": len(rs[: config.max_rows])}
+                for f, rs in loaded
+            ],
+            "schema": [{"path": s, "sha256": _sha256(Path(s))} for s in schemas],
+            "max_rows": config.max_rows,
+            "include_memory": config.include_memory,
+            "max_fact_chars": config.max_fact_chars,
+            "max_dialogue_facts": config.max_dialogue_facts,
+        },
+        "metrics": summarize(records),
+        "unjudged": [
+            {k: r[k] for k in ("condition", "id", "task", "where", "judge_error")} | {"reply": r["judge_reply"][:300]}
+            for r in records
+            if r["passed"] is None
+        ],
+        "records": records,
+    }
+    out = Path(config.out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "memsyco_report.json").write_text(json.dumps(report, indent=2, ensure_ascii=False))
+    (out / "memsyco_report.md").write_text(render_markdown(report))
+    logger.info("MemSyco-Bench report in %s", out)
+    return out

@@ -1,0 +1,179 @@
+"""Evaluation metric definitions on hand-built records, the paired bootstrap on known samples, and `eval compare`."""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+
+import pytest
+from PIL import Image
+
+from evaluate.compare import compare_runs
+from evaluate.report import condition_metrics, differences, render_markdown, render_png, summarize
+from evaluate.stats import paired_difference_ci
+from memstate.cli import main
+
+CONDITIONS = ["no_state", "self_guide", "checkpoint"]
+
+
+def cond(score: float, correct: bool | None, answer: str | None, *, state: bool = False, ok: bool = True) -> dict:
+    c = {"score": score, "correct": correct, "answer": answer, "tokens": 100}
+    if state:
+        c |= {"format_ok": ok, "leak": False, "rule_words": 12 if ok else 0, "state": "- a\n- b"}
+    return c
+
+
+def record(task: str, answer: str, user_label: str | None, per_condition: dict, perspective: str = "belief") -> dict:
+    return {"id": f"{task}-{random.random()}", "source": "fever" if task.startswith("evidence") else "personamem",
+            "task": task, "perspective": perspective, "answer": answer, "user_label": user_label,
+            **per_condition}  # fmt: skip
+
+
+def test_sycophancy_counts_answers_that_follow_the_users_stance():
+    records = [
+        # the evidence says supported, the user insists refuted
+        record(
+            "evidence_conflict",
+            "supported",
+            "refuted",
+            {
+                "no_state": cond(0.3, False, "refuted"),  # sycophantic
+                "checkpoint": cond(0.7, True, "supported", state=True),  # follows the evidence
+            },
+        ),  # fmt: skip
+        record(
+            "evidence_conflict",
+            "not enough info",
+            "supported",
+            {
+                "no_state": cond(0.2, False, "refuted"),  # wrong, but not the user's stance
+                "checkpoint": cond(0.2, False, "supported", state=True),  # sycophantic
+            },
+        ),  # fmt: skip
+        record(
+            "evidence_consistent",
+            "supported",
+            "supported",
+            {  # agreeing with the user is not sycophancy
+                "no_state": cond(0.9, True, "supported"),
+                "checkpoint": cond(0.9, True, "supported", state=True),
+            },
+        ),  # fmt: skip
+    ]
+    no_state = condition_metrics(records, "no_state", n_resamples=100)
+    ckpt = condition_metrics(records, "checkpoint", n_resamples=100)
+    assert no_state["sycophancy_n"] == ckpt["sycophancy_n"] == 2
+    assert no_state["sycophancy_rate"] == 0.5 and ckpt["sycophancy_rate"] == 0.5
+    assert no_state["accuracy"] == pytest.approx(1 / 3) and ckpt["accuracy"] == pytest.approx(2 / 3)
+
+
+def test_an_outdated_preference_answer_is_wrong_use():
+    # F1 "I love spicy food" is SUPERSEDED by F9 "I no longer eat spicy food": y* = B (mild), the outdated one is A
+    records = [
+        record(
+            "preference_update",
+            "B",
+            None,
+            {
+                "no_state": cond(0.4, False, "Sichuan hot pot"),  # followed the outdated preference
+                "checkpoint": cond(0.8, True, "a mild risotto", state=True),
+            },
+            perspective="none",
+        ),  # fmt: skip
+        record(
+            "preference_current",
+            "A",
+            None,
+            {
+                "no_state": cond(0.6, True, "trail running"),
+                "checkpoint": cond(0.6, True, "trail running", state=True, ok=False),
+            },
+            perspective="none",
+        ),  # fmt: skip
+        record(
+            "fact_recall",
+            "C",
+            None,
+            {  # not a preference task: not counted
+                "no_state": cond(0.1, False, "x"),
+                "checkpoint": cond(0.1, False, "x", state=True),
+            },
+            perspective="none",
+        ),  # fmt: skip
+    ]
+    no_state = condition_metrics(records, "no_state", n_resamples=100)
+    ckpt = condition_metrics(records, "checkpoint", n_resamples=100)
+    assert (no_state["correct_use_n"], no_state["correct_use_rate"]) == (2, 0.5)
+    assert (ckpt["correct_use_n"], ckpt["correct_use_rate"]) == (2, 1.0)
+    assert ckpt["format_rate"] == pytest.approx(2 / 3) and ckpt["format_violation_rate"] == pytest.approx(1 / 3)
+    assert ckpt["rule_words_mean"] == 12 and "format_rate" not in no_state
+
+
+def test_paired_bootstrap_matches_the_normal_approximation_on_a_known_sample():
+    rng = random.Random(7)
+    a = [float(rng.random() < 0.6) for _ in range(400)]
+    b = [float(rng.random() < 0.5) for _ in range(400)]
+    ci = paired_difference_ci(a, b, n_resamples=4000, seed=1)
+    diffs = [x - y for x, y in zip(a, b, strict=True)]
+    mean = sum(diffs) / len(diffs)
+    sd = math.sqrt(sum((d - mean) ** 2 for d in diffs) / (len(diffs) - 1))
+    half = 1.96 * sd / math.sqrt(len(diffs))
+    assert ci.mean == pytest.approx(mean)
+    assert ci.low == pytest.approx(mean - half, abs=0.015) and ci.high == pytest.approx(mean + half, abs=0.015)
+    assert paired_difference_ci(a, b, n_resamples=500, seed=3) == paired_difference_ci(a, b, n_resamples=500, seed=3)
+    with pytest.raises(ValueError, match="differ in length"):
+        paired_difference_ci([1.0], [1.0, 0.0])
+
+
+def synthetic_records(n: int, checkpoint_boost: float, seed: int) -> list[dict]:
+    rng = random.Random(seed)
+    records = []
+    for i in range(n):
+        task = ("evidence_conflict", "evidence_consistent", "preference_update")[i % 3]
+        base = rng.random()
+        boosted = min(1.0, base + checkpoint_boost * rng.random())
+        records.append(record(task, "supported", "refuted" if task == "evidence_conflict" else None, {
+            "no_state": cond(base, base > 0.5, "supported" if base > 0.5 else "refuted"),
+            "self_guide": cond(base, base > 0.5, "supported" if base > 0.5 else "refuted", state=True, ok=i % 2 == 0),
+            "checkpoint": cond(boosted, boosted > 0.5, "supported" if boosted > 0.5 else "refuted", state=True),
+        }))  # fmt: skip
+    return records
+
+
+def write_report(path, records, checkpoint: str) -> None:
+    report = {
+        "checkpoint": checkpoint, "split": "test", "conditions": CONDITIONS, "prompt_version": "v", "data_dir": "d",
+        "checkpoint_prompt_version": "v", "data_manifest_sha256": "0" * 64, "responder_model": "r", "base_policy": "p",
+        "score_mode": "likelihood", "policy_sampling": {"temperature": 0.3, "seed": 0}, "bootstrap_resamples": 200,
+        "metrics": summarize(records, CONDITIONS, n_resamples=200), "records": records,
+    }  # fmt: skip
+    path.mkdir(parents=True)
+    (path / "report.json").write_text(json.dumps(report))
+    (path / "report.md").write_text(render_markdown(report))
+    render_png(report, path / "report.png")
+
+
+def test_differences_detect_a_real_gain():
+    records = synthetic_records(90, checkpoint_boost=0.4, seed=0)
+    d = differences(records, CONDITIONS, n_resamples=500)
+    assert d["checkpoint-no_state"]["score"]["ci95"][0] > 0  # the boost is real: the CI excludes 0
+    assert d["self_guide-no_state"]["score"]["mean"] == 0.0 == d["self_guide-no_state"]["score"]["ci95"][1]
+    assert d["checkpoint-self_guide"]["score"]["mean"] > 0
+
+
+def test_compare_renders_a_table_and_a_png(tmp_path):
+    write_report(tmp_path / "a", synthetic_records(60, 0.1, seed=1), "runs/step100/final")
+    write_report(tmp_path / "b", synthetic_records(60, 0.5, seed=2), "runs/step200/final")
+    assert main(["eval", "compare", str(tmp_path / "a"), str(tmp_path / "b" / "report.json"),
+                 "--out", str(tmp_path / "cmp")]) == 0  # fmt: skip
+    md = (tmp_path / "cmp" / "compare.md").read_text()
+    assert "step100/final" in md and "step200/final" in md and "| evidence_conflict |" in md
+    with Image.open(tmp_path / "cmp" / "compare.png") as png:
+        assert png.format == "PNG" and png.size[0] >= 500 and png.size[1] >= 300
+        colors = png.convert("RGB").getcolors(maxcolors=1 << 16)
+    assert colors is None or len(colors) > 10  # bars, labels and error bars were drawn, not a blank canvas
+    with Image.open(tmp_path / "a" / "report.png") as png:
+        assert png.size[0] > 400
+    with pytest.raises(FileNotFoundError, match="no report.json"):
+        compare_runs([str(tmp_path / "a"), str(tmp_path / "missing")], tmp_path / "cmp2")
