@@ -20,6 +20,12 @@ TASKS = (
     "preference_generalization",
     "fact_recall",
     "idea_suggestion",
+    # MemSyco-Bench (external benchmark, evaluation only)
+    "objective_fact_judgment",
+    "contextual_scope_control",
+    "memory_evidence_conflict",
+    "valid_memory_selection",
+    "personalized_memory_use",
 )
 PERSPECTIVES = ("belief", "identity", "expertise", "none")
 ANSWER_KINDS = ("label", "choice", "free")

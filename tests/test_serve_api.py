@@ -248,3 +248,47 @@ def test_openapi_schema_documents_the_endpoint_and_its_errors():
     op = schema["paths"]["/v1/reasoning-state"]["post"]
     assert {"200", "400", "401", "413", "422", "502", "503", "504"} <= set(op["responses"])
     assert schema["components"]["schemas"]["FactIn"]["properties"]["kind"]["enum"][0] == "evidence"
+
+
+@pytest.fixture()
+def live_api():
+    """The app under a real uvicorn server on a free port (policy scripted), for the clients."""
+    import threading
+    import time
+
+    import uvicorn
+
+    policy = ScriptedPolicy(BAD, GOOD)
+    app = create_app(ApiConfig(api_key_env="MEMSTATE_TEST_CLIENT_KEY"), policy_transport=httpx.MockTransport(policy))
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=free_port(), log_level="warning"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 20
+    while not server.started:
+        assert time.monotonic() < deadline, "uvicorn did not start"
+        time.sleep(0.05)
+    yield f"http://127.0.0.1:{server.config.port}"
+    server.should_exit = True
+    thread.join(timeout=10)
+
+
+def test_sync_and_async_clients(live_api):
+    import asyncio
+
+    from serve.client import AsyncReasoningStateClient, ReasoningStateClient, ReasoningStateError
+
+    with ReasoningStateClient(live_api) as client:
+        assert client.healthy()
+        state = client.for_instance(INSTANCE)
+        assert state.format_ok and state.attempts == 2 and len(state.rules) == 2 and state.model == "policy-7"
+        with pytest.raises(ReasoningStateError) as bad:
+            client.reasoning_state(payload() | {"options": ["one"]})
+        assert bad.value.status == 422 and bad.value.detail == "body.options: give at least 2 options, or none"
+
+    async def run() -> list:
+        async with AsyncReasoningStateClient(live_api, max_connections=4) as client:
+            assert await client.healthy()
+            return await asyncio.gather(*(client.for_instance(INSTANCE) for _ in range(8)))
+
+    states = asyncio.run(run())
+    assert len(states) == 8 and all(s.format_ok for s in states)
