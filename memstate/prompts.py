@@ -118,23 +118,24 @@ def fit_policy_prompt(
     return build(lo), len(facts) - lo
 
 
-def answer_instruction(instance: Instance) -> str:
-    if instance.candidates:
-        return "Answer with the letter of the correct option only."
-    return "Answer briefly."
-
-
-def responder_messages(instance: Instance, rules: tuple[str, ...] | None = None) -> list[Message]:
-    """The responder's prompt, with or without a reasoning state.
+def responder_request_messages(
+    question: str, candidates: Sequence[str], facts: Sequence[Fact], rules: Sequence[str] | None = None
+) -> list[Message]:
+    """The responder's prompt for a bare request (what the memory pipeline asks), with or without a state.
 
     The rules go after everything shared, so every candidate prompt of one instance shares its whole prefix
     with the others and with the baseline prompt (prefix caching in vLLM).
     """
     parts = [
-        "Memories:\n" + "\n".join(format_fact(f) for f in instance.facts),
-        f"Request:\n{_request_block(instance.question, instance.candidates)}",
+        "Memories:\n" + "\n".join(format_fact(f) for f in facts),
+        f"Request:\n{_request_block(question, candidates)}",
     ]
     if rules:
         parts.append(STATE_HEADER + "\n" + "\n".join(f"- {r}" for r in rules))
-    parts.append(answer_instruction(instance))
+    parts.append("Answer with the letter of the correct option only." if candidates else "Answer briefly.")
     return [{"role": "system", "content": RESPONDER_SYSTEM}, {"role": "user", "content": "\n\n".join(parts)}]
+
+
+def responder_messages(instance: Instance, rules: tuple[str, ...] | None = None) -> list[Message]:
+    """The responder's prompt for an instance (its closed answer set as lettered options), with or without rules."""
+    return responder_request_messages(instance.question, instance.candidates, instance.facts, rules)
