@@ -94,6 +94,7 @@ def _eval(args: argparse.Namespace) -> None:
                 checkpoint=args.checkpoint,
                 max_rows=args.max_rows,
                 seed=args.seed,
+                memory_backend=args.memory_backend,
             )
         )
         print((out / "memsyco_report.md").read_text())
@@ -124,6 +125,54 @@ def _eval(args: argparse.Namespace) -> None:
     )
     print(f"report: {out / 'report.md'} (and report.json, report.png)")
     print((out / "report.md").read_text())
+
+
+def _memory(args: argparse.Namespace) -> None:
+    from memory.store import MemoryStore
+
+    if args.memory_command == "ingest":
+        from memory.extract import LLMExtractor, RuleExtractor
+        from memory.ingest import read_sessions
+
+        extractor = (
+            LLMExtractor(args.extractor_url, args.extractor_model) if args.extractor == "llm" else RuleExtractor()
+        )
+        with MemoryStore(args.store) as store:
+            totals = {"sessions": 0, "facts": 0, "relations": 0, "rejected": 0}
+            for session_id, turns in read_sessions(args.dialogue_file, args.format):
+                report = store.ingest_session(turns, extractor, session_id=session_id)
+                totals["sessions"] += 1
+                totals["facts"] += report.facts
+                totals["relations"] += report.relations
+                totals["rejected"] += len(report.rejected)
+                for rejected in report.rejected:
+                    logging.getLogger("memstate.memory").warning("session %s: rejected %s", session_id, rejected)
+        print(json.dumps(totals))
+        return
+    from memory.answer import ask
+    from memstate.responder import make_responder
+    from serve.client import ReasoningStateClient
+
+    if not args.no_state and not args.api_url:
+        raise SystemExit("memstate memory ask: give --api-url (the reasoning-state API) or --no-state")
+    responder = make_responder(args.responder, args.responder_url)
+    api = None
+    if not args.no_state:
+        key = os.environ.get(args.api_key_env) if args.api_key_env else None
+        api = ReasoningStateClient(args.api_url, api_key=key)
+    with MemoryStore(args.store) as store:
+        answer = ask(store, args.question, responder, state_api=api, backend=args.backend, k=args.k)
+    if api is not None:
+        api.close()
+    for fact in answer.retrieved.facts:
+        print(f"[{fact.id}] ({fact.kind}, {fact.role}) {fact.text}")
+    for rel in answer.retrieved.relations:
+        print(f"{rel.src} {rel.type} {rel.dst}")
+    if answer.rules:
+        print("rules:\n" + "\n".join(f"- {r}" for r in answer.rules))
+    elif api is not None:
+        print("rules: (the policy wrote no usable state; answered without one)")
+    print(f"answer: {answer.answer}")
 
 
 def _serve(args: argparse.Namespace, rest: list[str]) -> None:
@@ -233,8 +282,33 @@ def build_parser() -> argparse.ArgumentParser:
     m.add_argument("--judge-temperature", type=float, default=0.0, help="Judge temperature (benchmark: 0).")
     m.add_argument("--judge-api-key-env", default="MEMSTATE_JUDGE_API_KEY", help="Env var with the judge's token.")
     m.add_argument("--max-rows", type=int, help="Use only the first N rows of each file.")
+    m.add_argument(
+        "--memory-backend",
+        choices=["evomem", "naive"],
+        help="Facts from the memory pipeline over each row's dialogue (rule extractor) instead of the gold items.",
+    )
     m.add_argument("--seed", type=int, default=0, help="Policy sampling seed.")
     m.add_argument("--out", required=True, help="Report dir (memsyco_report.json / .md).")
+
+    p = sub.add_parser("memory", help="The memory pipeline: ingest dialogues into a store, ask it questions.")
+    memory_sub = p.add_subparsers(dest="memory_command", required=True)
+    p = memory_sub.add_parser("ingest", help="Induce facts, concepts and relations from dialogues into a store.")
+    p.add_argument("--store", required=True, help="SQLite store file (created if missing; one per user/sample).")
+    p.add_argument("dialogue_file", help="Dialogues: JSONL turns, MemSyco-Bench rows, or PersonaMem shared contexts.")
+    p.add_argument("--format", choices=["dialogue", "memsyco", "personamem"], default="dialogue", help="Input format.")
+    p.add_argument("--extractor", choices=["rule", "llm"], default="rule", help="Rule-based (no model) or LLM.")
+    p.add_argument("--extractor-url", help="OpenAI-compatible endpoint of the LLM extractor.")
+    p.add_argument("--extractor-model", help="Model name of the LLM extractor.")
+    p = memory_sub.add_parser("ask", help="Retrieve, get a reasoning state from the API, ask the responder.")
+    p.add_argument("--store", required=True, help="SQLite store file.")
+    p.add_argument("question", help="The request.")
+    p.add_argument("--responder", required=True, help="Responder model path/id (served name with --responder-url).")
+    p.add_argument("--responder-url", help="OpenAI-compatible endpoint of the responder.")
+    p.add_argument("--api-url", help="Reasoning-state API (memstate serve api).")
+    p.add_argument("--api-key-env", default="MEMSTATE_API_KEY", help="Env var with the API's bearer token.")
+    p.add_argument("--no-state", action="store_true", help="Baseline: answer without a reasoning state.")
+    p.add_argument("--backend", choices=["evomem", "naive"], default="evomem", help="Retrieval backend.")
+    p.add_argument("-k", type=int, default=10, help="Seed facts retrieved (default 10).")
 
     p = sub.add_parser("serve", help="Serve the policy (vLLM) and the reasoning-state API.")
     serve_sub = p.add_subparsers(dest="serve_command", required=True)
@@ -275,6 +349,8 @@ def main(argv: list[str] | None = None) -> int:
         _train(args, rest)
     elif args.command == "serve":
         _serve(args, rest)
+    elif args.command == "memory":
+        _memory(args)
     else:
         commands = {"tiny-models": _tiny_models, "build-data": _build_data, "reward": _reward, "eval": _eval}
         commands[args.command](args)

@@ -8,12 +8,11 @@ import json
 import os
 import shutil
 import socket
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import jsonschema_rs
 import pytest
+from chat_server import ChatServer, TinyChatModel
 
 from evaluate.memsyco import (
     JUDGES,
@@ -232,78 +231,7 @@ def test_judge_reply_parsing():
     assert len(both.warnings) == 2
 
 
-# ---- a real local OpenAI-compatible judge ---------------------------------------------------------------------------
-
-
-class JudgeServer:
-    """``/v1/chat/completions`` on 127.0.0.1, answered by ``reply(body) -> (status, content)``; counts requests."""
-
-    def __init__(self, reply):
-        self.reply, self.requests, self.lock = reply, [], threading.Lock()
-        server = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *args):
-                pass
-
-            def do_GET(self):
-                self._send(200, {"object": "list", "data": [{"id": "judge", "object": "model"}]})
-
-            def do_POST(self):
-                body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))))
-                with server.lock:
-                    server.requests.append(body)
-                status, content = server.reply(body)
-                choice = {"index": 0, "message": {"role": "assistant", "content": content}, "finish_reason": "stop"}
-                self._send(status, {"choices": [choice]} if status == 200 else {"error": content})
-
-            def _send(self, status, payload):
-                data = json.dumps(payload).encode()
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.httpd.daemon_threads = True
-        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
-
-    def __enter__(self) -> JudgeServer:
-        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.httpd.shutdown()
-        self.httpd.server_close()
-
-
-class TinyModelJudge:
-    """The tiny model behind the judge endpoint, generating with transformers (greedy at temperature 0)."""
-
-    def __init__(self, path: Path):
-        from transformers import AutoModelForCausalLM, AutoTokenizer
-
-        self.tokenizer = AutoTokenizer.from_pretrained(path)
-        self.model = AutoModelForCausalLM.from_pretrained(path).eval()
-        self.lock = threading.Lock()
-        self.generated_tokens = 0
-
-    def __call__(self, body: dict) -> tuple[int, str]:
-        import torch
-
-        ids = self.tokenizer.apply_chat_template(
-            body["messages"], add_generation_prompt=True, tokenize=True, return_dict=False
-        )[-3000:]  # the tiny model's context is 4096 positions
-        with self.lock, torch.no_grad():
-            out = self.model.generate(
-                torch.tensor([ids]),
-                max_new_tokens=min(body["max_tokens"], 24),
-                do_sample=body["temperature"] > 0,
-                pad_token_id=self.tokenizer.pad_token_id,
-            )
-        self.generated_tokens += out.shape[1] - len(ids)
-        return 200, self.tokenizer.decode(out[0, len(ids) :], skip_special_tokens=True)
+# ---- a real local OpenAI-compatible judge (tests/chat_server.py) -------------------------------------------------
 
 
 def _config(tiny_models, data, url, out, **kw) -> MemSycoEvalConfig:
@@ -323,8 +251,8 @@ def _config(tiny_models, data, url, out, **kw) -> MemSycoEvalConfig:
 
 
 def test_end_to_end_with_the_tiny_model_as_judge(tiny_models, tmp_path):
-    tiny = TinyModelJudge(tiny_models["responder"])
-    with JudgeServer(tiny) as server:
+    tiny = TinyChatModel(tiny_models["responder"])
+    with ChatServer(tiny) as server:
         out = evaluate_memsyco(_config(tiny_models, [DATA], server.url, tmp_path))
     report = json.loads((out / "memsyco_report.json").read_text())
     assert len(server.requests) == 6 and tiny.generated_tokens > 0  # it really generated, once per answer
@@ -365,7 +293,7 @@ def test_end_to_end_with_a_scripted_judge_and_a_checkpoint(tiny_models, tmp_path
         question = payload.get("user_question") or payload["question"].removeprefix("Question:\n")
         return 200, replies[question]
 
-    with JudgeServer(reply) as server:
+    with ChatServer(reply) as server:
         config = _config(tiny_models, [MEC, VMS], server.url, tmp_path, checkpoint=str(tiny_models["policy"]))
         config.policy_max_new_tokens = 16
         out = evaluate_memsyco(config)
@@ -405,14 +333,14 @@ def test_judge_retries_then_gives_up_without_raising(tmp_path):
             return 500, "overloaded"
         return 200, '{"accuracy": 1, "misled_by_conflicting_memory": 0}'
 
-    with JudgeServer(flaky) as server:
+    with ChatServer(flaky) as server:
         result = judge_answer(JudgeConfig(server.url, "judge", retries=2, backoff=0.01), row, "Boreal.")
     assert result.passed is True and calls["n"] == 2
-    with JudgeServer(lambda body: (503, "down")) as server:
+    with ChatServer(lambda body: (503, "down")) as server:
         result = judge_answer(JudgeConfig(server.url, "judge", retries=1, backoff=0.01), row, "Boreal.")
         assert len(server.requests) == 2
     assert result.passed is None and "judge request failed: HTTP 503" in result.error
-    with JudgeServer(lambda body: (400, "bad request")) as server:  # our fault: not retried
+    with ChatServer(lambda body: (400, "bad request")) as server:  # our fault: not retried
         result = judge_answer(JudgeConfig(server.url, "judge", retries=3, backoff=0.01), row, "Boreal.")
         assert len(server.requests) == 1 and result.passed is None
     with socket.socket() as s:
@@ -428,10 +356,49 @@ def test_the_cli_runs_a_memsyco_evaluation(tiny_models, tmp_path):
 
     from memstate.cli import main
 
-    with JudgeServer(reply) as server:
+    with ChatServer(reply) as server:
         argv = ["eval", "memsyco", str(MEC), "--responder", str(tiny_models["responder"]), "--judge-url", server.url,
                 "--judge-model", "judge", "--max-rows", "2", "--out", str(tmp_path / "out")]  # fmt: skip
         assert main(argv) == 0
     report = json.loads((tmp_path / "out" / "memsyco_report.json").read_text())
     m = report["metrics"]["no_state"]["by_task"][MEC_TASK]
     assert (m["n"], m["judged"], m["pass_rate"]) == (2, 2, 1.0) and len(server.requests) == 2
+
+
+def test_memory_backend_replaces_the_gold_memory_with_retrieved_facts(tiny_models, tmp_path):
+    from memstate.cli import main
+
+    with ChatServer(lambda body: (200, '{"uses_latest_preference": 1, "outdated_preference_contamination": 0}')) as s:
+        argv = [
+            "eval",
+            "memsyco",
+            str(VMS),
+            "--responder",
+            str(tiny_models["responder"]),
+            "--judge-url",
+            s.url,
+            "--judge-model",
+            "judge",
+            "--max-rows",
+            "1",
+            "--memory-backend",
+            "evomem",
+            "--out",
+            str(tmp_path),
+        ]
+        assert main(argv) == 0  # fmt: skip
+    report = json.loads((tmp_path / "memsyco_report.json").read_text())
+    assert report["data"]["memory_backend"] == "evomem" and (tmp_path / "stores").is_dir()
+    assert report["metrics"]["no_state"]["by_task"][VMS_TASK]["pass_rate"] == 1.0
+    from evaluate.memsyco.run import MemSycoEvalConfig, pipeline_instance
+
+    row = load_memsyco(VMS)[0]
+    config = MemSycoEvalConfig(data=[str(VMS)], responder_model="r", judge=None, out_dir=str(tmp_path / "p"),
+                               memory_backend="evomem")  # fmt: skip
+    gold = to_instance(row)
+    piped = pipeline_instance(row, gold, config, tmp_path / "p")
+    gold_items = {item["content"] for item in row.memory_items}
+    assert piped.question == gold.question and piped.facts != gold.facts
+    assert not gold_items & {f.text for f in piped.facts}  # the benchmark's answer key is not given to it
+    user_turns = " ".join(t["content"] for t in row.dialogue if t["role"] == "user")
+    assert all(f.text[:40] in user_turns for f in piped.facts)  # what it retrieved was said by the user

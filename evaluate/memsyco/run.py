@@ -7,7 +7,7 @@ import json
 import logging
 from collections import defaultdict
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +18,7 @@ from evaluate.memsyco.data import MemSycoError, MemSycoRow, load_memsyco, memsyc
 from evaluate.memsyco.judge import JUDGES, JUDGING_SOURCE, JudgeConfig, JudgeResult, check_judge, judge_answer
 from memstate.prompts import PROMPT_VERSION, Message, responder_messages
 from memstate.rules import FormatError, parse_state, strip_think
-from memstate.schema import Instance
+from memstate.schema import Fact, Instance
 
 logger = logging.getLogger("memstate.evaluate.memsyco")
 
@@ -45,6 +45,12 @@ class MemSycoEvalConfig:
     include_memory: bool = field(default=True, metadata={"help": "Show the gold memory items as facts (oracle)."})
     max_fact_chars: int = field(default=800, metadata={"help": "Characters per fact (cut at a word boundary)."})
     max_dialogue_facts: int = field(default=12, metadata={"help": "Latest dialogue facts kept per row."})
+    memory_backend: str | None = field(
+        default=None,
+        metadata={"help": "evomem or naive: facts come from the memory pipeline run over the row's dialogue (rule "
+                  "extractor, one store per row), not from the benchmark's gold memory items."},
+    )  # fmt: skip
+    memory_k: int = field(default=10, metadata={"help": "Seed facts the memory pipeline retrieves per question."})
 
 
 def _sha256(path: Path) -> str:
@@ -152,6 +158,23 @@ def render_markdown(report: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def pipeline_instance(row: MemSycoRow, instance: Instance, config: MemSycoEvalConfig, out_dir: Path) -> Instance:
+    """``instance`` with the facts and relations the memory pipeline retrieves for its question after ingesting the
+    row's dialogue (its own SQLite store under ``OUT/stores/``); the gold memory items are not given to it."""
+    from memory import MemoryStore, RuleExtractor, memsyco_sessions, retrieve
+
+    path = out_dir / "stores" / f"{instance.id}.sqlite"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with MemoryStore(path) as store:
+        extractor = RuleExtractor()
+        for session in memsyco_sessions(row):
+            store.ingest_session(list(session.turns), extractor, session_id=session.id)
+        got = retrieve(store, row.question, k=config.memory_k, backend=config.memory_backend)
+    if not got.facts:  # nothing extracted: an Instance needs a fact; say so to the responder
+        return replace(instance, facts=(Fact("F1", "No memories were found.", "fact"),), relations=())
+    return replace(instance, facts=got.facts, relations=got.relations)
+
+
 def evaluate_memsyco(config: MemSycoEvalConfig) -> Path:
     """Answer, judge and report (see the module docstring); return the report dir."""
     from memstate.responder import make_responder
@@ -173,6 +196,9 @@ def evaluate_memsyco(config: MemSycoEvalConfig) -> Path:
         )
         for r in rows
     ]
+    if config.memory_backend:
+        out_dir = Path(config.out_dir)
+        instances = [pipeline_instance(r, inst, config, out_dir) for r, inst in zip(rows, instances, strict=True)]
     check_judge(config.judge)  # fail before hours of answering, not after
     logger.info("MemSyco-Bench: %d rows from %d file(s)", len(rows), len(files))
 
@@ -253,6 +279,8 @@ def evaluate_memsyco(config: MemSycoEvalConfig) -> Path:
             "include_memory": config.include_memory,
             "max_fact_chars": config.max_fact_chars,
             "max_dialogue_facts": config.max_dialogue_facts,
+            "memory_backend": config.memory_backend,
+            "memory_k": config.memory_k if config.memory_backend else None,
         },
         "metrics": summarize(records),
         "unjudged": [

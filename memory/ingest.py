@@ -1,0 +1,197 @@
+"""Readers that turn dialogue sources into ``Session``s for ``MemoryStore.ingest``.
+
+- ``read_dialogue_jsonl``: one JSON object per line, ``{"role", "content", "time"?, "session"?}``. Consecutive lines
+  with the same ``session`` value form one session (its id); a line whose ``session`` differs from the previous
+  line's starts a new one. Lines without ``session`` are grouped the same way (so a file without the field is one
+  session, identified by its content). Blank lines are skipped.
+- ``memsyco_sessions``: a MemSyco-Bench row's dialogue, whole or in sessions of ``turns_per_session`` turns.
+- ``memsyco_file_sessions``: every row of a MemSyco-Bench JSONL file (read directly: ``memory`` does not import
+  ``evaluate``; ``evaluate.memsyco.load_memsyco`` validates rows against the benchmark's schema).
+- ``personamem_sessions``: a PersonaMem shared-contexts JSONL (``{"<context id>": [{"role", "content"}, …]}`` per
+  line; one context is one user's history): its user and assistant turns, ``User:`` / ``Assistant:`` prefixes
+  stripped, system turns (the persona card) left out, in sessions of ``turns_per_session`` turns.
+
+``read_sessions(path, fmt)`` reads any of the three as ``(session id, turns)`` pairs. A store is meant to hold one
+user (or one benchmark sample): to keep MemSyco rows or PersonaMem contexts apart, use the per-row / per-context
+readers and one store each.
+
+Bad input raises ``IngestError`` with ``FILE:LINE: field: reason``.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from memory.records import TURN_ROLES, Session, Turn
+
+_SPEAKER = re.compile(r"^\s*(?:user|assistant)\s*:\s*", re.IGNORECASE)
+_MISSING = object()
+
+
+class IngestError(ValueError):
+    """Input that cannot be ingested; the message is ``FILE:LINE: field: reason``."""
+
+
+def _turn(obj: Any, where: str) -> tuple[Turn, Any]:
+    if not isinstance(obj, dict):
+        raise IngestError(f"{where}: (line): expected a JSON object, got {type(obj).__name__}")
+    unknown = sorted(set(obj) - {"role", "content", "time", "session"})
+    if unknown:
+        raise IngestError(f"{where}: {unknown[0]}: not a field of a dialogue turn (role, content, time, session)")
+    role, content, time = obj.get("role"), obj.get("content"), obj.get("time")
+    if role not in TURN_ROLES:
+        raise IngestError(f"{where}: role: {role!r} is not one of {list(TURN_ROLES)}")
+    if not isinstance(content, str) or not content.strip():
+        raise IngestError(f"{where}: content: must be a non-empty string")
+    if time is not None and not isinstance(time, str):
+        raise IngestError(f"{where}: time: must be a string or null, got {type(time).__name__}")
+    session = obj.get("session")
+    if session is not None and not isinstance(session, (str, int)):
+        raise IngestError(f"{where}: session: must be a string or an integer, got {type(session).__name__}")
+    return Turn(role, content, time), session
+
+
+def read_dialogue_jsonl(path: str | Path) -> Iterator[Session]:
+    """The sessions of a dialogue JSONL file (see the module docstring), in file order."""
+    path = Path(path)
+    turns: list[Turn] = []
+    current: Any = _MISSING
+    start = 0
+    try:
+        f = open(path, encoding="utf-8")
+    except OSError as e:
+        raise IngestError(f"{path}:0: (file): cannot read: {e.strerror}") from None
+    with f:
+        for lineno, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            where = f"{path}:{lineno}"
+            try:
+                obj = json.loads(line)
+            except json.JSONDecodeError as e:
+                raise IngestError(f"{where}: (line): invalid JSON: {e.msg} (column {e.colno})") from None
+            turn, session = _turn(obj, where)
+            if turns and session != current:
+                yield _session(turns, current, f"{path}:{start}")
+                turns = []
+            if not turns:
+                current, start = session, lineno
+            turns.append(turn)
+    if turns:
+        yield _session(turns, current, f"{path}:{start}")
+
+
+def _session(turns: list[Turn], sid: Any, where: str) -> Session:
+    return Session(tuple(turns), id=None if sid is None else str(sid), where=where)
+
+
+def _chunks(turns: list[Turn], size: int | None) -> list[list[Turn]]:
+    if size is not None and size < 1:
+        raise ValueError(f"turns_per_session must be ≥ 1, got {size}")
+    size = size or max(len(turns), 1)
+    return [turns[i : i + size] for i in range(0, len(turns), size)]
+
+
+def memsyco_sessions(row: Any, *, turns_per_session: int | None = None, where: str | None = None) -> list[Session]:
+    """A MemSyco-Bench row (``evaluate.memsyco.MemSycoRow`` or its raw dict) as sessions with ids ``<row id>#<i>``.
+
+    Only the dialogue is ingested: the row's ``memory`` items are the benchmark's gold answer key, not input."""
+    raw = row.raw if hasattr(row, "raw") else row
+    where = where or getattr(row, "where", "memsyco row")
+    if not isinstance(raw, dict) or not isinstance(raw.get("dialogue"), list):
+        raise IngestError(f"{where}: dialogue: must be a list of turns")
+    turns = []
+    for i, t in enumerate(raw["dialogue"]):
+        turn, _ = _turn(t, f"{where}: dialogue[{i}]")
+        turns.append(turn)
+    return [
+        Session(tuple(chunk), id=f"{raw.get('id', 'row')}#{n}", where=where)
+        for n, chunk in enumerate(_chunks(turns, turns_per_session))
+    ]
+
+
+def personamem_sessions(
+    path: str | Path, *, turns_per_session: int = 20, context_ids: set[str] | None = None
+) -> Iterator[tuple[str, list[Session]]]:
+    """``(context id, sessions)`` per line of a PersonaMem shared-contexts JSONL (streamed: the files are large),
+    session ids ``pm:<context id[:16]>#<i>``; ``context_ids`` keeps only those contexts."""
+    path = Path(path)
+    try:
+        f = open(path, "rb")
+    except OSError as e:
+        raise IngestError(f"{path}:0: (file): cannot read: {e.strerror}") from None
+    with f:
+        for lineno, raw in enumerate(f, 1):
+            where = f"{path}:{lineno}"
+            if not raw.strip():
+                continue
+            try:
+                obj = json.loads(raw)
+            except (json.JSONDecodeError, UnicodeDecodeError) as e:
+                raise IngestError(f"{where}: (line): invalid JSON: {e}") from None
+            if not isinstance(obj, dict) or len(obj) != 1:
+                raise IngestError(f"{where}: (line): expected one object with one key (the shared_context_id)")
+            ((cid, messages),) = obj.items()
+            if context_ids is not None and cid not in context_ids:
+                continue
+            if not isinstance(messages, list):
+                raise IngestError(f"{where}: {cid}: expected a list of messages, got {type(messages).__name__}")
+            turns = []
+            for i, msg in enumerate(messages):
+                if not isinstance(msg, dict) or msg.get("role") not in TURN_ROLES:
+                    raise IngestError(f"{where}: {cid}[{i}].role: expected one of {list(TURN_ROLES)}")
+                if not isinstance(msg.get("content"), str):
+                    raise IngestError(f"{where}: {cid}[{i}].content: must be a string")
+                text = _SPEAKER.sub("", msg["content"], count=1).strip()
+                if msg["role"] != "system" and text:
+                    turns.append(Turn(msg["role"], text, f"turn {i}"))
+            yield (
+                cid,
+                [
+                    Session(tuple(chunk), id=f"pm:{cid[:16]}#{n}", where=where)
+                    for n, chunk in enumerate(_chunks(turns, turns_per_session))
+                ],
+            )
+
+
+def memsyco_file_sessions(path: str | Path, *, turns_per_session: int | None = None) -> Iterator[Session]:
+    """The sessions of every row of a MemSyco-Bench JSONL file, row after row (blank lines skipped)."""
+    path = Path(path)
+    try:
+        f = open(path, encoding="utf-8")
+    except OSError as e:
+        raise IngestError(f"{path}:0: (file): cannot read: {e.strerror}") from None
+    with f:
+        for lineno, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            where = f"{path}:{lineno}"
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as e:
+                raise IngestError(f"{where}: (line): invalid JSON: {e.msg} (column {e.colno})") from None
+            if not isinstance(row, dict) or not isinstance(row.get("id"), str) or not row["id"]:
+                raise IngestError(f"{where}: id: must be a non-empty string")
+            yield from memsyco_sessions(row, turns_per_session=turns_per_session, where=where)
+
+
+INPUT_FORMATS = ("dialogue", "memsyco", "personamem")
+
+
+def read_sessions(path: str | Path, fmt: str = "dialogue") -> Iterator[tuple[str | None, list[Turn]]]:
+    """``(session id, turns)`` for every session of a file in one of ``INPUT_FORMATS`` (id None: derived from
+    the content by the store)."""
+    if fmt == "dialogue":
+        sessions: Iterator[Session] = read_dialogue_jsonl(path)
+    elif fmt == "memsyco":
+        sessions = memsyco_file_sessions(path)
+    elif fmt == "personamem":
+        sessions = (s for _, ctx in personamem_sessions(path) for s in ctx)
+    else:
+        raise ValueError(f"format {fmt!r} is not one of {list(INPUT_FORMATS)}")
+    for s in sessions:
+        yield s.id, list(s.turns)

@@ -1,0 +1,251 @@
+"""A rule-based extractor: no model, deterministic, the embedded default and the baseline to beat.
+
+- **Facts**: each sentence of a user turn that speaks in the first person and carries a cue becomes one fact,
+  the sentence itself as text and verbatim quote. Cues, first match wins: preference (a liking verb near "I",
+  "favourite", "fan of", "gone off", …), constraint ("allergic", "I can't eat", "I must", "my budget", …), belief
+  ("I think", "I believe", "in my opinion", …), experience (a past-tense event verb near "I", "last weekend",
+  "yesterday", …), fact ("I am", "I live", "my … is", …). Questions and requests ("could you…", "I would like
+  to…") are skipped, and so is a sentence already stored word for word as a current fact.
+- **Scope**: situation ("today", "right now", "this trip"), task ("for this project"), domain ("at work", "when it
+  comes to"), else global.
+- **Topic**: the sentence's content words (stop words and cue words removed, plural "s" stripped). Two facts are
+  on the same topic when they share at least a third of the smaller topic's words (one at least), or (with an
+  ``embedder``) their cosine is ≥ ``threshold``.
+- **SUPERSEDES**: a preference or constraint supersedes every earlier, still current preference or constraint on
+  the same topic (earlier in the session or among the stored facts the store passes as context). Chained updates
+  read F9 → F5 → F1.
+- **CONFLICTS_WITH**: a fact, belief or experience conflicts with an earlier one on the same topic when exactly one
+  of the two is negated ("I believe X is Y" / "I don't think X is Y").
+- **Concepts**: the first two topic words of each fact (four letters or more) name its concepts; unknown names are
+  CREATEd as roots. The rules never MERGE or SPLIT.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from memory.embed import Embedder
+from memory.records import (
+    MAX_FACTS_PER_SESSION,
+    ConceptEdit,
+    FactProposal,
+    Proposal,
+    RelationProposal,
+    StoredFact,
+    Turn,
+)
+
+_SENTENCE = re.compile(r"[^.!?\n]+[.!?]*")
+_MAX_SENTENCE_CHARS = 400
+_FIRST_PERSON = re.compile(r"\b(?:i|i'm|i've|i'd|i'll|me|my|mine|we|we're|we've|our)\b")
+_REQUEST = re.compile(
+    r"^\s*(?:could|can|would|will) you\b|^\s*please\b|\b(?:i would like|i'd like|i want you|help me|let me know|"
+    r"tell me|can you|could you|i'm looking for|i am looking for|i'm wondering|i was wondering)\b"
+)
+_I = r"\b(?:i|i'm|i've|i'd|we|we're|we've)\s+"
+_LIKING = re.compile(
+    _I + r"(?:(?!(?:would|could|should|feel|felt|look|looked|seem|seemed|sound|sounded)\b)[\w']+\s+){0,3}"
+    r"(?:lov(?:e|es|ed|ing)|lik(?:e|es|ed|ing)|enjoy(?:s|ed|ing)?|prefer(?:s|red|ring)?|ador(?:e|es|ed|ing)|"
+    r"hat(?:e|es|ed|ing)|dislik(?:e|es|ed|ing)|detest(?:s|ed|ing)?|loath(?:e|es|ed|ing)|appreciat(?:e|es|ed|ing))\b"
+)
+_PREFERENCE = re.compile(
+    r"\b(?:favou?rites?|fan of|can'?t stand|cannot stand|gone off|fond of|keen on|sick of|tired of|crazy about|"
+    r"passionate about|obsessed with|drawn to|soft spot for|leaning (?:towards?|in that direction)|"
+    r"(?:i'd|i would) rather|(?:i'm|i am) (?:really |not |no longer )?into)\b"
+)
+_CONSTRAINT = re.compile(
+    r"\b(?:allergic|intolerant|i can'?t (?:eat|drink|have|afford|travel|do)|i cannot (?:eat|drink|have|afford)|"
+    r"i must|i have to|i need to|i'm not allowed|i am not allowed|i avoid|(?:i'm|i am) (?:a )?(?:vegan|vegetarian)|"
+    r"my budget|no more than|at most|i never)\b"
+)
+_BELIEF = re.compile(
+    r"\b(?:i (?:really |honestly |strongly |still )?(?:think|believe|reckon|suspect|doubt|guess)|"
+    r"i don'?t (?:think|believe)|i do not (?:think|believe)|i feel that|(?:i'm|i am) (?:sure|convinced|certain)|"
+    r"in my (?:opinion|view)|as far as i know)\b"
+)
+_EXPERIENCE = re.compile(
+    _I + r"(?:[\w']+\s+){0,2}(?:went|visited|tried|attended|started|finished|ran|joined|bought|moved|met|took|spent|"
+    r"saw|watched|read|learned|learnt|cooked|made|got|had|travell?ed|won|lost|played|adopted|signed|booked|"
+    r"completed|quit|left|built|wrote)\b|\b(?:last (?:week|weekend|month|year|night|summer|winter|spring|autumn)|"
+    r"yesterday|recently|(?:days|weeks|months|years) ago)\b"
+)
+_FACT = re.compile(
+    r"\b(?:i am|i'm|i live|i work|i have|i've got|i own|i study|i was born|i grew up|i speak|i use|i drive|"
+    r"my \w+(?: \w+)? (?:is|are|was|were))\b"
+)
+_NEGATION = re.compile(
+    r"\b(?:not|no|never|don't|doesn't|didn't|isn't|aren't|wasn't|weren't|can't|cannot|won't|no longer|neither|nor|"
+    r"hardly|doubt|false|wrong|myth)\b|n't\b"
+)
+_SITUATION = re.compile(
+    r"\b(?:today|tonight|tomorrow|this (?:morning|evening|afternoon|weekend|week|time|trip)|right now|"
+    r"at the moment|for now)\b"
+)
+_TASK = re.compile(r"\bfor (?:this|the|my) (?:project|task|report|assignment|presentation|decision|proposal)\b")
+_DOMAIN = re.compile(r"\b(?:at work|for work|when it comes to|in my job|professionally|in the kitchen)\b")
+_WORD = re.compile(r"[a-z][a-z'-]+")
+_STOP = frozenset(
+    """a about above after again against all also am an and any are as at be because been before being below between
+    both but by can could did do does doing down during each few for from further had has have having he her here hers
+    him his how i if in into is it its itself just let me more most my myself no nor not now of off on once only or
+    other our ours out over own same she should so some such than that the their them then there these they this those
+    through to too under until up very was we were what when where which while who whom why will with would you your
+    i'm i've i'd i'll don't doesn't didn't can't won't isn't aren't wasn't it's that's there's really actually
+    honestly definitely absolutely still anymore lately longer though thing things lot much many always usually
+    generally think believe reckon suspect doubt guess feel sure convinced certain opinion view love loves loved
+    like likes liked enjoy enjoys enjoyed prefer prefers preferred adore hate hates hated dislike dislikes disliked
+    detest loathe appreciate favourite favorite fan fond keen rather gone into kind sort bit quite pretty better best
+    go going get getting got one ones something anything everything someone time times way day days year years
+    say said know knew want wanted need needed must never also even well back these avoid eat drink last weekend
+    week month ago recently yesterday today tonight tomorrow""".split()
+)
+
+
+def sentences(text: str) -> list[str]:
+    """The sentences of a turn, each a verbatim slice of it (no trailing whitespace).
+
+    >>> sentences("I love tea. Do you?\\nMy cat is Pepper")
+    ['I love tea.', 'Do you?', 'My cat is Pepper']
+    """
+    return [s for s in (m.group().strip() for m in _SENTENCE.finditer(text)) if s]
+
+
+def _low(text: str) -> str:
+    return text.lower().replace("’", "'").replace("‘", "'")
+
+
+def fact_kind(sentence: str) -> str | None:
+    """The kind of a user sentence, or None when it states nothing about the user.
+
+    >>> [fact_kind(s) for s in ("I love spicy food.", "I'm allergic to nuts.", "I don't think coffee is bad.",
+    ...     "I ran a marathon last year.", "I live in Leeds.", "Could you suggest a dish?", "The sky is blue.")]
+    ['preference', 'constraint', 'belief', 'experience', 'fact', None, None]
+    """
+    low = _low(sentence)
+    if low.rstrip().endswith("?") or _REQUEST.search(low) or not _FIRST_PERSON.search(low):
+        return None
+    for kind, cue in (
+        ("preference", _LIKING),
+        ("preference", _PREFERENCE),
+        ("constraint", _CONSTRAINT),
+        ("belief", _BELIEF),
+        ("experience", _EXPERIENCE),
+        ("fact", _FACT),
+    ):
+        if cue.search(low):
+            return kind
+    return None
+
+
+def scope_of(sentence: str) -> str:
+    """The scope a sentence's wording suggests.
+
+    >>> scope_of("Right now I can't eat dairy."), scope_of("At work I prefer tea."), scope_of("I love tea.")
+    ('situation', 'domain', 'global')
+    """
+    low = _low(sentence)
+    return "situation" if _SITUATION.search(low) else "task" if _TASK.search(low) else (
+        "domain" if _DOMAIN.search(low) else "global"
+    )  # fmt: skip
+
+
+def topic(sentence: str) -> tuple[str, ...]:
+    """Content words in order, de-duplicated, crude plurals stripped.
+
+    >>> topic("I really love green teas in the morning!")
+    ('green', 'tea', 'morning')
+    """
+    words = []
+    for w in _WORD.findall(_low(sentence)):
+        w = w.strip("'-")
+        if w.endswith("'s"):
+            w = w[:-2]
+        if len(w) > 3 and w.endswith("s") and not w.endswith(("ss", "us", "is")):
+            w = w[:-1]
+        if len(w) > 2 and w not in _STOP:
+            words.append(w)
+    return tuple(dict.fromkeys(words))
+
+
+def negated(sentence: str) -> bool:
+    return bool(_NEGATION.search(_low(sentence)))
+
+
+@dataclass
+class _Seen:
+    ref: str
+    kind: str
+    topic: frozenset[str]
+    negated: bool
+    current: bool
+    norm: str
+    vec: np.ndarray | None = None
+
+
+_UPDATABLE = frozenset({"preference", "constraint"})
+_CLAIMS = frozenset({"fact", "belief", "experience"})
+
+
+class RuleExtractor:
+    """See the module docstring. ``embedder`` (optional) adds cosine ≥ ``threshold`` as a same-topic test."""
+
+    def __init__(self, embedder: Embedder | None = None, *, threshold: float = 0.6, overlap: float = 1 / 3) -> None:
+        self.embedder = embedder
+        self.threshold = threshold
+        self.overlap = overlap
+
+    def _same_topic(self, a: _Seen, b: _Seen) -> bool:
+        shared = len(a.topic & b.topic)
+        if shared and shared >= self.overlap * min(len(a.topic), len(b.topic)):
+            return True
+        return a.vec is not None and b.vec is not None and float(a.vec @ b.vec) >= self.threshold
+
+    def propose(self, turns: Sequence[Turn], context: Sequence[StoredFact]) -> Proposal:
+        found = [
+            (i, s, kind)
+            for i, turn in enumerate(turns)
+            if turn.role == "user"
+            for s in sentences(turn.content)
+            if len(s) <= _MAX_SENTENCE_CHARS and (kind := fact_kind(s))
+        ]
+        vecs = None
+        if self.embedder is not None and found:
+            vecs = self.embedder.encode([f.text for f in context] + [s for _, s, _ in found])
+        seen = [
+            _Seen(f.id, f.kind, frozenset(topic(f.text)), negated(f.text), f.current, _low(f.text).strip(),
+                  None if vecs is None else vecs[n])
+            for n, f in enumerate(context)
+        ]  # fmt: skip
+        known = {c for f in context for c in f.concepts}
+        facts: list[FactProposal] = []
+        relations: list[RelationProposal] = []
+        concepts: list[ConceptEdit] = []
+        for n, (turn, sentence, kind) in enumerate(found):
+            if len(facts) == MAX_FACTS_PER_SESSION:
+                break
+            norm = _low(sentence).strip()
+            if any(s.norm == norm and s.current for s in seen):
+                continue  # said before and still holds: nothing new
+            words = topic(sentence)
+            item = _Seen(f"n{len(facts) + 1}", kind, frozenset(words), negated(sentence), True, norm,
+                         None if vecs is None else vecs[len(context) + n])  # fmt: skip
+            for prev in seen:
+                if not self._same_topic(prev, item):
+                    continue
+                if kind in _UPDATABLE and prev.kind in _UPDATABLE and prev.current:
+                    relations.append(RelationProposal(item.ref, "SUPERSEDES", prev.ref))
+                    prev.current = False
+                elif kind in _CLAIMS and prev.kind in _CLAIMS and prev.negated != item.negated:
+                    relations.append(RelationProposal(item.ref, "CONFLICTS_WITH", prev.ref))
+            names = tuple(w for w in words if len(w) >= 4)[:2]
+            for name in names:
+                if name not in known:
+                    known.add(name)
+                    concepts.append(ConceptEdit("CREATE", name))
+            facts.append(FactProposal(item.ref, sentence, kind, scope_of(sentence), sentence, turn, names))
+            seen.append(item)
+        return Proposal(tuple(facts), tuple(concepts), tuple(relations))

@@ -1,0 +1,595 @@
+"""The memory store: one SQLite file per user (or per benchmark sample).
+
+Tables: ``sessions``; ``facts`` (immutable: triggers refuse UPDATE and DELETE); ``fact_vectors`` (one float32
+embedding per fact); ``relations`` between facts (SUPERSEDES / CONFLICTS_WITH, also never rewritten);
+``concepts`` (PARENT_OF through ``parent``) and ``concept_facts`` (CONTAINS); ``meta`` (the embedder's name);
+``schema_version``. Whether a fact still holds is derived from the relations, never written into the fact.
+
+A session is committed in ONE transaction — its row, its facts, their vectors, its relations and concept edits —
+after the extractor's proposal was checked (``memory.validate``). The file is in WAL mode with
+``synchronous=NORMAL``: a process killed at any point leaves every committed session intact and no trace of the
+one in flight (an OS crash or power loss may lose the last commits, never consistency).
+
+For retrieval the embeddings live in one numpy matrix, loaded when the store opens and extended after each
+ingest (or when another process has committed more): one brute-force pass over 100k × 384 float32 takes ~12 ms on
+this 2-core machine (``benchmarks/bench_memory.py``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import logging
+import sqlite3
+import time as _time
+from collections import defaultdict
+from collections.abc import Iterable, Iterator, Sequence
+from pathlib import Path
+
+import numpy as np
+
+from memory.concepts import ConceptTree
+from memory.embed import Embedder, default_embedder, embedder_from_name, normalize
+from memory.extract import Extractor
+from memory.records import (
+    FACT_RELATIONS,
+    MEMORY_KINDS,
+    MEMORY_SCOPES,
+    TURN_ROLES,
+    Concept,
+    FactProposal,
+    IngestReport,
+    Proposal,
+    Rejection,
+    Session,
+    StoredFact,
+    Turn,
+)
+from memory.validate import STORED_ID, check_facts, check_relations
+
+logger = logging.getLogger("memstate.memory")
+
+SCHEMA_VERSION = 1
+_CHUNK = 900  # ids per IN (…) query
+
+
+def _sql_list(values: Sequence[str]) -> str:
+    return ", ".join(f"'{v}'" for v in values)
+
+
+_SCHEMA = [
+    "CREATE TABLE schema_version (version INTEGER NOT NULL)",
+    "CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)",
+    """CREATE TABLE sessions (
+        num INTEGER PRIMARY KEY AUTOINCREMENT,
+        id TEXT NOT NULL UNIQUE,
+        time TEXT,
+        n_turns INTEGER NOT NULL,
+        first_turn INTEGER NOT NULL,
+        extractor TEXT NOT NULL,
+        ingested_at TEXT NOT NULL)""",
+    f"""CREATE TABLE facts (
+        num INTEGER PRIMARY KEY AUTOINCREMENT,
+        text TEXT NOT NULL,
+        kind TEXT NOT NULL CHECK (kind IN ({_sql_list(MEMORY_KINDS)})),
+        scope TEXT NOT NULL CHECK (scope IN ({_sql_list(MEMORY_SCOPES)})),
+        session INTEGER NOT NULL REFERENCES sessions (num),
+        turn INTEGER,
+        quote TEXT NOT NULL,
+        time TEXT)""",
+    "CREATE INDEX facts_session ON facts (session)",
+    "CREATE TABLE fact_vectors (fact INTEGER PRIMARY KEY REFERENCES facts (num), vec BLOB NOT NULL)",
+    f"""CREATE TABLE relations (
+        num INTEGER PRIMARY KEY AUTOINCREMENT,
+        src INTEGER NOT NULL REFERENCES facts (num),
+        type TEXT NOT NULL CHECK (type IN ({_sql_list(FACT_RELATIONS)})),
+        dst INTEGER NOT NULL REFERENCES facts (num),
+        session INTEGER NOT NULL REFERENCES sessions (num),
+        UNIQUE (src, type, dst),
+        CHECK (src <> dst))""",
+    "CREATE INDEX relations_dst ON relations (dst)",
+    """CREATE TABLE concepts (
+        num INTEGER PRIMARY KEY AUTOINCREMENT,
+        name TEXT NOT NULL,
+        parent INTEGER REFERENCES concepts (num),
+        merged_into INTEGER REFERENCES concepts (num),
+        session INTEGER NOT NULL REFERENCES sessions (num))""",
+    "CREATE UNIQUE INDEX concepts_live_name ON concepts (name) WHERE merged_into IS NULL",
+    "CREATE INDEX concepts_name ON concepts (name)",
+    """CREATE TABLE concept_facts (
+        concept INTEGER NOT NULL REFERENCES concepts (num),
+        fact INTEGER NOT NULL REFERENCES facts (num),
+        PRIMARY KEY (concept, fact)) WITHOUT ROWID""",
+    "CREATE INDEX concept_facts_fact ON concept_facts (fact)",
+    *(
+        f"CREATE TRIGGER {table}_immutable_{op.lower()} BEFORE {op} ON {table} "
+        f"BEGIN SELECT RAISE(ABORT, '{table} are immutable'); END"
+        for table in ("facts", "fact_vectors", "relations")
+        for op in ("UPDATE", "DELETE")
+    ),
+]
+
+
+class StoreError(RuntimeError):
+    """The file is not a memory store this code can use (newer schema, another embedder, mixed dimensions)."""
+
+
+def fact_id(num: int) -> str:
+    return f"m{num}"
+
+
+def fact_num(ref: str) -> int | None:
+    """The number of a stored fact id ("m12" → 12); None for anything else.
+
+    >>> fact_num("m12"), fact_num("n1")
+    (12, None)
+    """
+    return int(ref[1:]) if isinstance(ref, str) and STORED_ID.match(ref) else None
+
+
+def session_digest(turns: Sequence[Turn]) -> str:
+    """A content id for a session given without one, so ingesting the same dialogue twice is a no-op."""
+    blob = json.dumps([[t.role, t.content, t.time] for t in turns], ensure_ascii=False)
+    return "s-" + hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+def as_turn(turn: Turn | dict, where: str = "turn") -> Turn:
+    """A ``Turn`` from a Turn or a ``{role, content, time?}`` dict; raises ValueError naming the field."""
+    if isinstance(turn, dict):
+        turn = Turn(turn.get("role"), turn.get("content"), turn.get("time"))  # type: ignore[arg-type]
+    if turn.role not in TURN_ROLES:
+        raise ValueError(f"{where}: role {turn.role!r} is not one of {list(TURN_ROLES)}")
+    if not isinstance(turn.content, str):
+        raise ValueError(f"{where}: content must be a string, got {type(turn.content).__name__}")
+    if turn.time is not None and not isinstance(turn.time, str):
+        raise ValueError(f"{where}: time must be a string or null, got {type(turn.time).__name__}")
+    return turn
+
+
+class _Index:
+    """What retrieval and validation read on every call, in memory: embeddings, kinds, the relation graph."""
+
+    def __init__(self) -> None:
+        self.n = 0
+        self.nums = np.zeros(0, dtype=np.int64)
+        self.matrix: np.ndarray | None = None
+        self.row: dict[int, int] = {}
+        self.kinds: list[str] = []
+        self.last_relation = 0
+        self.out: dict[int, list[tuple[str, int]]] = defaultdict(list)
+        self.into: dict[int, list[tuple[str, int]]] = defaultdict(list)
+        self.edges: set[tuple[int, str, int]] = set()
+
+    @property
+    def last_fact(self) -> int:
+        return int(self.nums[self.n - 1]) if self.n else 0
+
+    def add_facts(self, nums: list[int], kinds: list[str], vecs: np.ndarray) -> None:
+        if self.matrix is not None and vecs.shape[1] != self.matrix.shape[1]:
+            raise StoreError(f"embedding dimension {vecs.shape[1]} differs from the store's {self.matrix.shape[1]}")
+        need = self.n + len(nums)
+        if self.matrix is None or need > len(self.matrix):  # grow by doubling: appends stay amortized O(1)
+            cap = max(need, 2 * (0 if self.matrix is None else len(self.matrix)), 1024)
+            matrix = np.zeros((cap, vecs.shape[1]), dtype=np.float32)
+            all_nums = np.zeros(cap, dtype=np.int64)
+            if self.matrix is not None:
+                matrix[: self.n] = self.matrix[: self.n]
+                all_nums[: self.n] = self.nums[: self.n]
+            self.matrix, self.nums = matrix, all_nums
+        self.matrix[self.n : need] = vecs
+        self.nums[self.n : need] = nums
+        for i, num in enumerate(nums, self.n):
+            self.row[num] = i
+        self.kinds += kinds
+        self.n = need
+
+    def add_relation(self, src: int, rel: str, dst: int) -> None:
+        self.out[src].append((rel, dst))
+        self.into[dst].append((rel, src))
+        self.edges.add((src, rel, dst))
+
+    def kind(self, num: int) -> str | None:
+        i = self.row.get(num)
+        return None if i is None else self.kinds[i]
+
+
+class MemoryStore:
+    """One SQLite memory file. ``embedder`` None: the one the store was created with (MiniLM for a new store).
+
+    Use from one thread at a time; several processes may open the same file (one writes at a time)."""
+
+    def __init__(
+        self,
+        path: str | Path,
+        embedder: Embedder | None = None,
+        *,
+        context_k: int = 32,
+        context_per_turn: int = 5,
+    ) -> None:
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.context_k, self.context_per_turn = context_k, context_per_turn
+        self._db = sqlite3.connect(self.path, isolation_level=None, timeout=60.0)
+        self._db.execute("PRAGMA journal_mode = WAL")
+        self._db.execute("PRAGMA synchronous = NORMAL")
+        self._db.execute("PRAGMA foreign_keys = ON")
+        try:
+            self.embedder = self._open(embedder)
+        except BaseException:
+            self._db.close()
+            raise
+        self._index = _Index()
+        self._sync()
+
+    # ---- opening ---------------------------------------------------------------------------------------------
+
+    def _open(self, embedder: Embedder | None) -> Embedder:
+        with self._transaction():
+            has_schema = self._db.execute(
+                "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'schema_version'"
+            ).fetchone()
+            if not has_schema:
+                for stmt in _SCHEMA:
+                    self._db.execute(stmt)
+                self._db.execute("INSERT INTO schema_version (version) VALUES (?)", (SCHEMA_VERSION,))
+            (version,) = self._db.execute("SELECT version FROM schema_version").fetchone()
+            if version != SCHEMA_VERSION:
+                raise StoreError(f"{self.path}: schema version {version}, this code reads version {SCHEMA_VERSION}")
+            row = self._db.execute("SELECT value FROM meta WHERE key = 'embedder'").fetchone()
+            if row is None:
+                embedder = embedder if embedder is not None else default_embedder()
+                self._db.execute("INSERT INTO meta (key, value) VALUES ('embedder', ?)", (embedder.name,))
+                return embedder
+        if embedder is None:
+            return embedder_from_name(row[0])
+        if embedder.name != row[0]:
+            raise StoreError(f"{self.path}: the store's vectors come from {row[0]!r}, not {embedder.name!r}")
+        return embedder
+
+    @contextlib.contextmanager
+    def _transaction(self) -> Iterator[None]:
+        """``BEGIN IMMEDIATE`` … ``COMMIT``: one writer at a time, all or nothing."""
+        self._db.execute("BEGIN IMMEDIATE")
+        try:
+            yield
+        except BaseException:
+            self._db.execute("ROLLBACK")
+            raise
+        self._db.execute("COMMIT")
+
+    def _sync(self) -> None:
+        """Load facts and relations committed since the index was last brought up to date (by anyone)."""
+        idx = self._index
+        rows = self._db.execute(
+            "SELECT f.num, f.kind, v.vec FROM facts f JOIN fact_vectors v ON v.fact = f.num WHERE f.num > ? "
+            "ORDER BY f.num",
+            (idx.last_fact,),
+        ).fetchall()
+        if rows:
+            vecs = np.frombuffer(b"".join(r[2] for r in rows), dtype=np.float32).reshape(len(rows), -1)
+            idx.add_facts([r[0] for r in rows], [r[1] for r in rows], vecs)
+        for num, src, rel, dst in self._db.execute(
+            "SELECT num, src, type, dst FROM relations WHERE num > ? ORDER BY num", (idx.last_relation,)
+        ):
+            idx.add_relation(src, rel, dst)
+            idx.last_relation = num
+
+    def refresh(self) -> None:
+        """See what other processes committed since (retrieval calls this itself)."""
+        self._sync()
+
+    # ---- ingest ----------------------------------------------------------------------------------------------
+
+    def ingest(self, sessions: Iterable[Session], extractor: Extractor) -> list[IngestReport]:
+        """``ingest_session`` for each session in order."""
+        return [
+            self.ingest_session(list(s.turns), extractor, session_id=s.id, time=s.time, where=s.where) for s in sessions
+        ]
+
+    def ingest_session(
+        self,
+        turns: Sequence[Turn | dict],
+        extractor: Extractor,
+        *,
+        session_id: str | None = None,
+        time: str | None = None,
+        where: str = "",
+    ) -> IngestReport:
+        """Extract, check and commit one session in one transaction; see the module docstring.
+
+        A session already in the store (same id; without an id, same content) is skipped as ``duplicate``. A
+        proposal with a quote not in the session, or an extractor that gave no valid proposal, rejects the whole
+        session: nothing is written and the report says why. Other invalid parts (a fact with an unknown kind, an
+        edge to a missing fact, a SUPERSEDES cycle, a concept edit that would break the tree) are dropped with
+        their reasons and the rest is committed."""
+        label = where or session_id or "session"
+        turns = [as_turn(t, f"{label} turn {i}") for i, t in enumerate(turns)]
+        sid = session_id or session_digest(turns)
+        if self._has_session(sid):
+            return IngestReport(sid, "duplicate")
+        proposal: Proposal = extractor.propose(turns, self.context(turns))
+        checked = check_facts(proposal, turns)
+        if checked.fatal:
+            logger.warning("session %s rejected: %s", sid, checked.fatal)
+            return IngestReport(sid, "rejected", rejected=(Rejection("session", checked.fatal), *checked.rejected))
+        vecs = self.embedder.encode([f.text for f in checked.facts]) if checked.facts else None
+        rejected = list(checked.rejected)
+        with self._transaction():
+            self._sync()
+            if self._has_session(sid):
+                return IngestReport(sid, "duplicate")
+            (first_turn,) = self._db.execute("SELECT COALESCE(MAX(first_turn + n_turns), 0) FROM sessions").fetchone()
+            cur = self._db.execute(
+                "INSERT INTO sessions (id, time, n_turns, first_turn, extractor, ingested_at) "
+                "VALUES (?, ?, ?, ?, ?, ?)",
+                (sid, time, len(turns), first_turn, type(extractor).__name__, _now()),
+            )
+            session = int(cur.lastrowid)
+            new: dict[str, int] = {}
+            for f, vec in zip(checked.facts, vecs if vecs is not None else [], strict=True):
+                turn_time = turns[f.turn].time if f.turn is not None else None
+                turn = first_turn + f.turn if f.turn is not None else None
+                cur = self._db.execute(
+                    "INSERT INTO facts (text, kind, scope, session, turn, quote, time) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                    (f.text.strip(), f.kind, f.scope, session, turn, f.quote, turn_time or time),
+                )
+                new[f.key] = int(cur.lastrowid)
+                self._db.execute(
+                    "INSERT INTO fact_vectors (fact, vec) VALUES (?, ?)",
+                    (new[f.key], np.ascontiguousarray(vec, dtype=np.float32).tobytes()),
+                )
+            kinds = {f.key: f.kind for f in checked.facts}
+            relations = self._commit_relations(proposal, new, kinds, checked.rejected_keys, session, rejected)
+            edits = self._commit_concepts(proposal, checked.facts, new, session, rejected)
+        self._sync()
+        for r in rejected:
+            logger.info("session %s: rejected %s: %s", sid, r.what, r.reason)
+        return IngestReport(
+            sid,
+            "committed",
+            fact_ids=tuple(fact_id(n) for n in new.values()),
+            edges=tuple(relations),
+            concept_edits=edits,
+            rejected=tuple(rejected),
+        )
+
+    def _commit_relations(
+        self,
+        proposal: Proposal,
+        new: dict[str, int],
+        kinds: dict[str, str],
+        rejected_keys: set[str],
+        session: int,
+        rejected: list[Rejection],
+    ) -> list[tuple[str, str, str]]:
+        idx = self._index
+
+        def num(ref: str) -> int | None:
+            return new[ref] if ref in new else fact_num(ref)
+
+        def kind_of(ref: str) -> str | None:
+            if ref in kinds:
+                return kinds[ref]
+            n = fact_num(ref)
+            return None if n is None else idx.kind(n)
+
+        def supersedes(ref: str) -> list[str]:
+            n = fact_num(ref)
+            return [fact_id(d) for rel, d in idx.out.get(n, ()) if rel == "SUPERSEDES"] if n is not None else []
+
+        def stored(src: str, rel: str, dst: str) -> bool:
+            return (num(src), rel, num(dst)) in idx.edges
+
+        ok, bad = check_relations(proposal.relations, kind_of, supersedes, stored, rejected_keys)
+        rejected += bad
+        out = []
+        for r in ok:
+            src, dst = num(r.src), num(r.dst)
+            self._db.execute(
+                "INSERT INTO relations (src, type, dst, session) VALUES (?, ?, ?, ?)", (src, r.type, dst, session)
+            )
+            out.append((fact_id(src), r.type, fact_id(dst)))
+        return out
+
+    def _commit_concepts(
+        self,
+        proposal: Proposal,
+        facts: list[FactProposal],
+        new: dict[str, int],
+        session: int,
+        rejected: list[Rejection],
+    ) -> int:
+        tree = ConceptTree(self._db, session)
+        new_nums = set(new.values())
+
+        def num(ref: str) -> int | None:
+            if ref in new:
+                return new[ref]
+            n = fact_num(ref)
+            return n if n is not None and self._index.kind(n) is not None else None
+
+        edits = 0
+        for edit in proposal.concepts:
+            reason = tree.apply(edit, num, new_nums)
+            if reason:
+                rejected.append(Rejection(f"concept {edit.op} {edit.name!r}", reason))
+            else:
+                edits += 1
+        for f in facts:
+            for name in f.concepts:
+                if not tree.attach(new[f.key], name):
+                    rejected.append(Rejection(f"fact {f.key} in concept {name!r}", "no such concept"))
+        return edits
+
+    def _has_session(self, sid: str) -> bool:
+        return self._db.execute("SELECT 1 FROM sessions WHERE id = ?", (sid,)).fetchone() is not None
+
+    def context(self, turns: Sequence[Turn]) -> list[StoredFact]:
+        """The stored facts an extractor sees for a session: for each user turn (every turn if there is none) the
+        ``context_per_turn`` most similar facts, at most ``context_k`` in all, oldest first."""
+        self._sync()
+        idx = self._index
+        if not idx.n or self.context_k <= 0:
+            return []
+        texts = [t.content for t in turns if t.role == "user" and t.content.strip()]
+        texts = texts or [t.content for t in turns if t.content.strip()]
+        if not texts:
+            return []
+        scores = self.embedder.encode(texts) @ idx.matrix[: idx.n].T  # (turns, facts): rows contiguous
+        per = min(self.context_per_turn, idx.n)
+        top = np.argpartition(scores, idx.n - per, axis=1)[:, idx.n - per :]
+        best: dict[int, float] = {}
+        for row, cols in enumerate(top.tolist()):
+            for i in cols:
+                best[i] = max(best.get(i, -2.0), float(scores[row, i]))
+        keep = sorted(best, key=lambda i: -best[i])[: self.context_k]
+        return self.facts([fact_id(int(idx.nums[i])) for i in sorted(keep)])
+
+    # ---- reading ---------------------------------------------------------------------------------------------
+
+    def __len__(self) -> int:
+        return self._index.n
+
+    def facts(self, ids: Sequence[str] | None = None) -> list[StoredFact]:
+        """Stored facts with their derived state: all (oldest first) or those named by ``ids`` (in that order;
+        unknown ids are left out)."""
+        if ids is None:
+            rows = self._db.execute(_FACT_SELECT + " ORDER BY f.num").fetchall()
+        else:
+            nums = [n for n in (fact_num(i) for i in ids) if n is not None]
+            rows = []
+            for start in range(0, len(nums), _CHUNK):
+                chunk = nums[start : start + _CHUNK]
+                marks = ", ".join("?" * len(chunk))
+                rows += self._db.execute(_FACT_SELECT + f" WHERE f.num IN ({marks})", chunk).fetchall()
+            order = {n: i for i, n in enumerate(nums)}
+            rows.sort(key=lambda r: order[r[0]])
+        concepts = self._concepts_of([r[0] for r in rows] if ids is not None else None)
+        return [self._stored_fact(r, concepts.get(r[0], ())) for r in rows]
+
+    def _concepts_of(self, nums: list[int] | None) -> dict[int, tuple[str, ...]]:
+        sql = "SELECT cf.fact, c.name FROM concept_facts cf JOIN concepts c ON c.num = cf.concept"
+        out: dict[int, list[str]] = defaultdict(list)
+        if nums is None:
+            for fact, name in self._db.execute(sql + " ORDER BY c.name"):
+                out[fact].append(name)
+        else:
+            for start in range(0, len(nums), _CHUNK):
+                chunk = nums[start : start + _CHUNK]
+                marks = ", ".join("?" * len(chunk))
+                for fact, name in self._db.execute(sql + f" WHERE cf.fact IN ({marks}) ORDER BY c.name", chunk):
+                    out[fact].append(name)
+        return {k: tuple(v) for k, v in out.items()}
+
+    def _stored_fact(self, row: tuple, concepts: tuple[str, ...]) -> StoredFact:
+        num, text, kind, scope, turn, quote, time, session = row
+        idx = self._index
+        out, into = idx.out.get(num, ()), idx.into.get(num, ())
+        return StoredFact(
+            id=fact_id(num),
+            text=text,
+            kind=kind,
+            scope=scope,
+            quote=quote,
+            session=session,
+            turn=turn,
+            time=time,
+            concepts=concepts,
+            supersedes=tuple(fact_id(d) for r, d in out if r == "SUPERSEDES"),
+            superseded_by=tuple(fact_id(s) for r, s in into if r == "SUPERSEDES"),
+            conflicts_with=tuple(
+                dict.fromkeys(fact_id(o) for r, o in (*out, *into) if r == "CONFLICTS_WITH")  # either direction
+            ),
+        )
+
+    def relations(self) -> list[tuple[str, str, str]]:
+        """Every stored ``(src, type, dst)`` in commit order."""
+        rows = self._db.execute("SELECT src, type, dst FROM relations ORDER BY num")
+        return [(fact_id(s), t, fact_id(d)) for s, t, d in rows]
+
+    def sessions(self) -> list[str]:
+        """Committed session ids in commit order."""
+        return [r[0] for r in self._db.execute("SELECT id FROM sessions ORDER BY num")]
+
+    def concepts(self) -> list[Concept]:
+        """The live concepts (retired ones are merged away), by name."""
+        names = dict(self._db.execute("SELECT num, name FROM concepts"))
+        members: dict[int, list[str]] = defaultdict(list)
+        for concept, fact in self._db.execute("SELECT concept, fact FROM concept_facts ORDER BY fact"):
+            members[concept].append(fact_id(fact))
+        rows = self._db.execute("SELECT num, name, parent FROM concepts WHERE merged_into IS NULL ORDER BY name")
+        return [Concept(name, names.get(parent), tuple(members.get(num, ()))) for num, name, parent in rows]
+
+    def stats(self) -> dict[str, int]:
+        """Counts and the file's size on disk (with its WAL)."""
+        count = {t: self._db.execute(f"SELECT COUNT(*) FROM {t}").fetchone()[0] for t in ("sessions", "relations")}
+        size = sum(p.stat().st_size for p in (self.path, Path(f"{self.path}-wal")) if p.exists())
+        n_concepts = self._db.execute("SELECT COUNT(*) FROM concepts WHERE merged_into IS NULL").fetchone()[0]
+        return {"facts": len(self), **count, "concepts": n_concepts, "bytes": size}
+
+    # ---- retrieval primitives --------------------------------------------------------------------------------
+
+    def embed_query(self, text: str) -> np.ndarray:
+        return self.embedder.encode([text])[0]
+
+    def nearest(self, vector: np.ndarray, k: int) -> list[tuple[str, float]]:
+        """The ``k`` facts most similar to ``vector`` (unit-normalized), best first, with their cosines."""
+        self._sync()
+        idx = self._index
+        if not idx.n or k <= 0:
+            return []
+        q = normalize(np.asarray(vector, dtype=np.float32).reshape(1, -1))[0]
+        # einsum's single-threaded SIMD loop: memory-bound like BLAS sgemv, but without waking BLAS threads — on a
+        # busy 2-core machine 12 ms instead of 16 ms at 100k facts, 0.7 ms instead of 4 ms at 10k.
+        scores = np.einsum("ij,j->i", idx.matrix[: idx.n], q)
+        k = min(k, idx.n)
+        top = np.argpartition(scores, idx.n - k)[idx.n - k :] if k < idx.n else np.arange(idx.n)
+        top = top[np.lexsort((-idx.nums[top], -scores[top]))]  # ties: the later fact first
+        return [(fact_id(int(idx.nums[i])), float(scores[i])) for i in top]
+
+    def similarity(self, ids: Sequence[str], vector: np.ndarray) -> list[float]:
+        """Cosine of each stored fact in ``ids`` with ``vector``."""
+        idx = self._index
+        rows = [idx.row[fact_num(i)] for i in ids]
+        q = normalize(np.asarray(vector, dtype=np.float32).reshape(1, -1))[0]
+        return [float(x) for x in idx.matrix[rows] @ q] if rows else []
+
+    def links(self, ref: str) -> list[tuple[str, str, str]]:
+        """The stored relations touching fact ``ref``, as ``(src, type, dst)``: outgoing, then incoming."""
+        n = fact_num(ref)
+        if n is None:
+            return []
+        idx = self._index
+        return [(ref, r, fact_id(d)) for r, d in idx.out.get(n, ())] + [
+            (fact_id(s), r, ref) for r, s in idx.into.get(n, ())
+        ]
+
+    def is_superseded(self, ref: str) -> bool:
+        n = fact_num(ref)
+        return any(r == "SUPERSEDES" for r, _ in self._index.into.get(n, ()))
+
+    # ---- lifetime --------------------------------------------------------------------------------------------
+
+    def checkpoint(self) -> None:
+        """Fold the WAL into the main file (for measuring its size, or before copying it)."""
+        self._db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+
+    def close(self) -> None:
+        self._db.close()
+
+    def __enter__(self) -> MemoryStore:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+_FACT_SELECT = (
+    "SELECT f.num, f.text, f.kind, f.scope, f.turn, f.quote, f.time, s.id "
+    "FROM facts f JOIN sessions s ON s.num = f.session"
+)
+
+
+def _now() -> str:
+    return _time.strftime("%Y-%m-%dT%H:%M:%SZ", _time.gmtime())

@@ -1,0 +1,195 @@
+"""Ingest readers (dialogue JSONL, MemSyco-Bench rows, PersonaMem shared contexts) and end to end runs: MemSyco rows
+ingested with the rule extractor and retrieved as valid Instances, once with the real MiniLM embedder."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from evaluate.memsyco import load_memsyco
+from memory import (
+    HashEmbedder,
+    IngestError,
+    MemoryStore,
+    RuleExtractor,
+    Turn,
+    default_embedder,
+    memsyco_file_sessions,
+    memsyco_sessions,
+    personamem_sessions,
+    read_dialogue_jsonl,
+    read_sessions,
+    retrieve,
+)
+from memstate.prompts import policy_messages, responder_messages
+from memstate.schema import Instance, stable_id
+
+ROOT = Path(__file__).resolve().parents[1]
+MEMSYCO = Path(os.environ.get("MEMSYCO_DATA", ROOT.parent / "shared" / "data" / "memsyco"))
+PERSONAMEM = ROOT / "tests" / "fixtures" / "personamem" / "shared_contexts_32k.jsonl"
+needs_memsyco = pytest.mark.skipif(
+    not MEMSYCO.is_dir() and not os.environ.get("CI"), reason=f"MemSyco-Bench shared data not found at {MEMSYCO}"
+)
+
+
+def write_lines(path: Path, lines: list) -> Path:
+    path.write_text("\n".join(x if isinstance(x, str) else json.dumps(x) for x in lines) + "\n", encoding="utf-8")
+    return path
+
+
+def test_dialogue_jsonl_groups_turns_by_session(tmp_path):
+    path = write_lines(
+        tmp_path / "d.jsonl",
+        [
+            {"role": "user", "content": "I love tea.", "time": "2024-01-01", "session": "a"},
+            {"role": "assistant", "content": "Noted.", "session": "a"},
+            "",
+            {"role": "user", "content": "I prefer coffee to tea now.", "session": "b"},
+            {"role": "user", "content": "No session field."},
+        ],
+    )
+    sessions = list(read_dialogue_jsonl(path))
+    assert [(s.id, len(s.turns), s.where) for s in sessions] == [
+        ("a", 2, f"{path}:1"),
+        ("b", 1, f"{path}:4"),
+        (None, 1, f"{path}:5"),
+    ]
+    assert sessions[0].turns[0].time == "2024-01-01"
+    with MemoryStore(tmp_path / "s.db", HashEmbedder(64)) as store:
+        reports = store.ingest(sessions, RuleExtractor())
+        assert [r.status for r in reports] == ["committed"] * 3
+        assert store.relations() == [("m2", "SUPERSEDES", "m1")]
+        assert [r.status for r in store.ingest(read_dialogue_jsonl(path), RuleExtractor())] == ["duplicate"] * 3
+
+
+@pytest.mark.parametrize(
+    "line, message",
+    [
+        ("{oops", ":2: (line): invalid JSON"),
+        ('{"role": "robot", "content": "hi"}', ":2: role: 'robot' is not one of"),
+        ('{"role": "user", "content": ""}', ":2: content: must be a non-empty string"),
+        ('{"role": "user", "content": "hi", "time": 5}', ":2: time: must be a string or null"),
+        ('{"role": "user", "content": "hi", "speaker": "me"}', ":2: speaker: not a field of a dialogue turn"),
+        ("[1, 2]", ":2: (line): expected a JSON object"),
+    ],
+)
+def test_dialogue_jsonl_errors_name_file_line_and_field(tmp_path, line, message):
+    path = write_lines(tmp_path / "bad.jsonl", ['{"role": "user", "content": "fine"}', line])
+    with pytest.raises(IngestError, match=message.replace("(", r"\(").replace(")", r"\)")) as err:
+        list(read_dialogue_jsonl(path))
+    assert str(err.value).startswith(f"{path}:2: ")
+
+
+def test_personamem_contexts_become_sessions(tmp_path):
+    contexts = list(personamem_sessions(PERSONAMEM, turns_per_session=6))
+    assert len(contexts) == 2
+    cid, sessions = contexts[0]
+    turns = [t for s in sessions for t in s.turns]
+    assert all(t.role in ("user", "assistant") for t in turns)  # the persona card (system) is left out
+    assert not any(t.content.lower().startswith(("user:", "assistant:")) for t in turns)
+    assert all(len(s.turns) <= 6 for s in sessions) and sessions[0].id == f"pm:{cid[:16]}#0"
+    assert turns[0].content.startswith("I love spicy food") and turns[0].time == "turn 1"
+    with MemoryStore(tmp_path / "pm.db", HashEmbedder(256)) as store:
+        reports = store.ingest(sessions, RuleExtractor())
+        assert all(r.status == "committed" for r in reports) and len(store) > 3
+        assert retrieve(store, "spicy food").facts
+    only = list(personamem_sessions(PERSONAMEM, context_ids={contexts[1][0]}))
+    assert [c for c, _ in only] == [contexts[1][0]]
+    bad = write_lines(tmp_path / "pm_bad.jsonl", [{"ctx": [{"role": "user", "content": 3}]}])
+    with pytest.raises(IngestError, match=r"pm_bad.jsonl:1: ctx\[0\].content: must be a string"):
+        list(personamem_sessions(bad))
+
+
+def row_instance(row, ret) -> Instance:
+    """What the lead's ``memstate memory ask`` will build: the row's question over the retrieved memory state."""
+    return Instance(
+        id=stable_id("memsyco-memory", row.id),
+        source="memsyco",
+        task=row.task,
+        perspective="none",
+        question=row.question,
+        options=(),
+        answer=row.evaluation["reference_answer"],
+        answer_kind="free",
+        labels=(),
+        facts=ret.facts,
+        relations=ret.relations,
+        meta={"memsyco_id": row.id, "store_ids": list(ret.store_ids)},
+    )
+
+
+def memsyco_rows(n: int):
+    return [row for name in sorted(MEMSYCO.glob("*.jsonl")) for row in load_memsyco(name)[:n]]
+
+
+@needs_memsyco
+@pytest.mark.parametrize("backend", ["evomem", "naive"])
+def test_memsyco_rows_ingest_and_retrieve_end_to_end(tmp_path, backend):
+    rows = memsyco_rows(3)
+    assert {r.task for r in rows} == {"memory_evidence_conflict", "valid_memory_selection"}
+    for row in rows:
+        with MemoryStore(tmp_path / f"{backend}-{row.id}.db", HashEmbedder(384)) as store:  # one store per sample
+            reports = store.ingest(memsyco_sessions(row, turns_per_session=4), RuleExtractor())
+            assert all(r.status == "committed" for r in reports) and len(store) > 0
+            dialogue = " ".join(t["content"] for t in row.dialogue)
+            assert all(f.quote in dialogue for f in store.facts())
+            ret = retrieve(store, row.question, k=5, backend=backend)
+            inst = row_instance(row, ret)
+            assert Instance.from_dict(inst.to_dict()) == inst and 1 <= len(inst.facts) <= 15
+            assert policy_messages(inst)[1]["content"].count("[F") == len(inst.facts)
+            assert "Memories:" in responder_messages(inst)[1]["content"]
+
+
+@needs_memsyco
+def test_memsyco_end_to_end_with_minilm(tmp_path):
+    embedder = default_embedder()
+    row = next(r for r in memsyco_rows(12) if r.task == "valid_memory_selection" and "prefer" in str(r.dialogue))
+    with MemoryStore(tmp_path / "minilm.db", embedder) as store:
+        reports = store.ingest(memsyco_sessions(row, turns_per_session=4), RuleExtractor())
+        assert all(r.status == "committed" for r in reports)
+        ret = retrieve(store, row.question, k=5)
+        assert 1 <= len(ret.facts) and max(ret.scores) > 0.2  # a real model finds related memories
+        Instance.from_dict(row_instance(row, ret).to_dict())
+    with MemoryStore(tmp_path / "minilm.db") as store:  # reopened with the recorded MiniLM
+        assert store.embedder is embedder and retrieve(store, row.question, k=5).store_ids == ret.store_ids
+
+
+def test_minilm_finds_the_old_preference_by_meaning_and_traversal_adds_the_new(tmp_path):
+    """The hashing embedder knows no synonyms: "scary films" shares no word with "horror movies"."""
+    with MemoryStore(tmp_path / "para.db", default_embedder()) as store:
+        ex = RuleExtractor()
+        old = store.ingest_session([Turn("user", "I love watching horror movies late at night.")], ex).fact_ids[0]
+        store.ingest_session([Turn("user", "My sister lives in Lisbon and works as a nurse.")], ex)
+        new = store.ingest_session([Turn("user", "These days I prefer cheerful romantic movies.")], ex).fact_ids[0]
+        assert (new, "SUPERSEDES", old) in store.relations()
+        ret = retrieve(store, "scary films", k=1)
+        assert ret.store_ids[0] == old and new in ret.store_ids
+
+
+def test_read_sessions_reads_every_format(tmp_path):
+    dialogue = write_lines(tmp_path / "d.jsonl", [{"role": "user", "content": "I love tea.", "session": 7}])
+    assert list(read_sessions(dialogue)) == [("7", [Turn("user", "I love tea.")])]
+    pm = list(read_sessions(PERSONAMEM, "personamem"))
+    assert len(pm) > 2 and all(sid.startswith("pm:") for sid, _ in pm)
+    rows = write_lines(
+        tmp_path / "rows.jsonl",
+        [{"id": "r1", "dialogue": [{"role": "user", "content": "I love tea."}]}, {"id": "", "dialogue": []}],
+    )
+    sessions = read_sessions(rows, "memsyco")
+    assert next(sessions) == ("r1#0", [Turn("user", "I love tea.")])
+    with pytest.raises(IngestError, match=r"rows.jsonl:2: id: must be a non-empty string"):
+        next(sessions)
+    with pytest.raises(ValueError, match="format 'csv'"):
+        list(read_sessions(rows, "csv"))
+
+
+@needs_memsyco
+def test_memsyco_file_sessions_match_the_validated_rows():
+    path = MEMSYCO / "memory_evidence_conflict.jsonl"
+    rows = load_memsyco(path)
+    sessions = list(memsyco_file_sessions(path))
+    assert [s.id for s in sessions] == [f"{r.id}#0" for r in rows]
+    assert sessions[0].turns == tuple(Turn(t["role"], t["content"]) for t in rows[0].dialogue)
