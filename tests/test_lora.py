@@ -18,15 +18,20 @@ def test_lora_run_exports_a_merged_model(tiny_models, fever_data, tmp_path):
         "--policy_model", str(tiny_models["policy"]), "--responder_model", str(tiny_models["responder"]),
         "--data_dir", str(fever_data), "--output_dir", str(out), "--report_to", "none",
         "--use_peft", "true", "--lora_r", "8", "--lora_alpha", "16", "--learning_rate", "0.005",
+        "--lora_modules_to_save", "lm_head",
         "--max_steps", "4", "--save_steps", "4",
     ]) == 0  # fmt: skip
     adapter = json.loads((out / "final-adapter" / "adapter_config.json").read_text())
     assert adapter["r"] == 8 and adapter["lora_alpha"] == 16 and "q_proj" in adapter["target_modules"]
+    assert adapter["modules_to_save"] == ["lm_head"]
     merged = AutoModelForCausalLM.from_pretrained(out / "final")
     assert not any("lora" in name for name, _ in merged.named_parameters())
     base = AutoModelForCausalLM.from_pretrained(out / "format-warmup")
     deltas = [(a - b).abs().max().item() for a, b in zip(merged.parameters(), base.parameters(), strict=True)]
     assert max(deltas) > 0  # the adapters were trained and merged into the weights
+    # lm_head was trained in full (modules_to_save): the export unties it from the embeddings
+    assert not merged.config.tie_word_embeddings
+    assert (merged.lm_head.weight - merged.model.embed_tokens.weight).abs().max() > 0
     tok = AutoTokenizer.from_pretrained(out / "final")
     ids = tok.apply_chat_template([{"role": "user", "content": "hi"}], add_generation_prompt=True, return_tensors="pt",
                                   return_dict=True)  # fmt: skip

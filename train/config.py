@@ -61,6 +61,10 @@ class MemstateTrainArguments:
         default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"],
         metadata={"help": "Modules that get adapters (Qwen3 names)."},
     )
+    lora_modules_to_save: list[str] = field(
+        default_factory=list,
+        metadata={"help": "Modules trained in full next to the adapters (peft modules_to_save), e.g. lm_head."},
+    )
 
 
 def parse_train_args(argv: list[str] | None = None) -> tuple[MemstateTrainArguments, GRPOConfig]:

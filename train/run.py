@@ -56,6 +56,7 @@ def lora_config(args: MemstateTrainArguments) -> LoraConfig | None:
         lora_alpha=args.lora_alpha,
         lora_dropout=args.lora_dropout,
         target_modules=args.lora_target_modules,
+        modules_to_save=args.lora_modules_to_save or None,
         task_type="CAUSAL_LM",
     )
 
