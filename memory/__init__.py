@@ -1,7 +1,9 @@
 """The memory pipeline: an ontology-guided memory store (SQLite), induction per session (rule-based or LLM
-extractor, every proposal validated, sessions committed atomically), relation-aware retrieval (EvoMemState) and a
-dense baseline (NaiveRAG), returning facts and relational state in the Instance shapes of DESIGN.md."""
+extractor, every proposal validated, sessions committed atomically), relation-aware retrieval (EvoMemState), a
+dense baseline (NaiveRAG), agent-driven clustering (CLAG) and seed-fragment-path search (MemSearch-o1), returning facts
+and relational state in the Instance shapes of DESIGN.md."""
 
+from memory.clag import ClagConfig, ClagMemory, clag_memory
 from memory.embed import Embedder, HashEmbedder, SentenceTransformerEmbedder, default_embedder
 from memory.extract import Extractor, ExtractorError, LLMExtractor, RuleExtractor
 from memory.ingest import (
@@ -12,18 +14,26 @@ from memory.ingest import (
     read_dialogue_jsonl,
     read_sessions,
 )
+from memory.llm_client import ChatJSON, LLMError
+from memory.memsearch import MemSearchConfig, contribution, greedy_path, memsearch
 from memory.records import IngestReport, Proposal, Session, StoredFact, Turn
-from memory.retrieve import Retrieved, retrieve
+from memory.retrieve import BACKENDS, Retrieved, retrieve
 from memory.store import MemoryStore, StoreError
 
 __all__ = [
+    "BACKENDS",
+    "ChatJSON",
+    "ClagConfig",
+    "ClagMemory",
     "Embedder",
     "Extractor",
     "ExtractorError",
     "HashEmbedder",
     "IngestError",
     "IngestReport",
+    "LLMError",
     "LLMExtractor",
+    "MemSearchConfig",
     "MemoryStore",
     "Proposal",
     "Retrieved",
@@ -33,7 +43,11 @@ __all__ = [
     "StoreError",
     "StoredFact",
     "Turn",
+    "clag_memory",
+    "contribution",
     "default_embedder",
+    "greedy_path",
+    "memsearch",
     "memsyco_file_sessions",
     "memsyco_sessions",
     "personamem_sessions",

@@ -6,22 +6,34 @@
   de-duplicated, with the relations among the returned facts.
 - ``naive`` (NaiveRAG): the ``k`` most similar facts and nothing else: no traversal and no relations, as a plain
   dense retriever would give them to the policy.
+- ``clag`` (CLAG, ``memory.clag``): the store's facts routed into topic clusters; the query picks clusters (by an
+  LLM, or by similarity to their profiles), then the ``k`` most similar facts among their members (global search
+  when no cluster fits), with the relations among the returned facts.
+- ``memsearch`` (MemSearch-o1, ``memory.memsearch``): seeds of the query grow fragments over a few retrieval rounds;
+  fragments are scored (relevance + bridge potential) and chained into a path; the path's facts in path order, with
+  the relations among them.
 
-Facts come back numbered F1..Fn: each seed in similarity order, followed by the facts its traversal reached (nearest
-first), so a prompt truncated from the end loses the least relevant facts. ``role`` (analysis only, never shown to a
-model) is ``outdated`` for a fact some stored fact supersedes, ``gold`` otherwise.
+Facts come back numbered F1..Fn — evomem: each seed in similarity order, followed by the facts its traversal reached
+(nearest first), so a prompt truncated from the end loses the least relevant facts; clag: by similarity; memsearch:
+in path order. ``role`` (analysis only, never shown to a model) is ``outdated`` for a fact some stored fact
+supersedes, ``gold`` otherwise. ``Retrieved.trace`` says how the backend decided (clusters chosen, LLM or rule-based,
+seeds, fragments and their scores, fallbacks).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
+from memory.clag import ClagConfig, clag_memory
+from memory.llm_client import ChatJSON
+from memory.memsearch import MemSearchConfig, memsearch
 from memory.store import MemoryStore
 from memstate.schema import Fact, Relation
 
-BACKENDS = ("evomem", "naive")
+BACKENDS = ("evomem", "naive", "clag", "memsearch")
 
 
 @dataclass(frozen=True)
@@ -33,6 +45,7 @@ class Retrieved:
     relations: tuple[Relation, ...]
     store_ids: tuple[str, ...]
     scores: tuple[float, ...] = ()
+    trace: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
 
 
 def retrieve(
@@ -44,19 +57,32 @@ def retrieve(
     depth: int = 2,
     max_facts: int | None = None,
     query_vector: np.ndarray | None = None,
+    llm: ChatJSON | None = None,
+    clag: ClagConfig | None = None,
+    memsearch_config: MemSearchConfig | None = None,
 ) -> Retrieved:
-    """Facts and relational state for ``query``; see the module docstring. ``max_facts`` caps the traversal
-    (default ``3 * k``); ``query_vector`` skips embedding the query (it must come from the store's embedder)."""
+    """Facts and relational state for ``query``; see the module docstring. ``max_facts`` caps the traversal and
+    the memsearch path (default ``3 * k``); ``query_vector`` skips embedding the query (it must come from the store's
+    embedder). ``llm`` (an OpenAI-compatible endpoint) makes CLAG's routing, profiles and cluster choice and
+    MemSearch-o1's fragment extraction and sub-queries LLM decisions; without it both use their rule-based versions
+    (labelled in ``trace``). ``clag`` / ``memsearch_config``: their settings (defaults: the papers' released code)."""
     if backend not in BACKENDS:
         raise ValueError(f"backend {backend!r} is not one of {list(BACKENDS)}")
     vec = store.embed_query(query) if query_vector is None else query_vector
-    seeds = store.nearest(vec, k)
-    order = [ref for ref, _ in seeds]
-    if backend == "evomem":
-        order = _traverse(store, order, depth, max_facts if max_facts is not None else 3 * k)
+    limit = max_facts if max_facts is not None else 3 * k
+    trace: dict[str, Any] = {"backend": backend}
+    if backend == "clag":
+        order, trace = clag_memory(store, clag, llm).search(query, vec, k)
+    elif backend == "memsearch":
+        order, trace = memsearch(store, query, k=k, config=memsearch_config, llm=llm, question_vector=vec)
+        order = order[:limit]
+    else:
+        order = [ref for ref, _ in store.nearest(vec, k)]
+        if backend == "evomem":
+            order = _traverse(store, order, depth, limit)
     stored = store.facts(order)
     if not stored:
-        return Retrieved((), (), ())
+        return Retrieved((), (), (), (), trace)
     fid = {f.id: f"F{i}" for i, f in enumerate(stored, 1)}
     facts = tuple(
         Fact(
@@ -71,11 +97,11 @@ def retrieve(
         for f in stored
     )
     relations: tuple[Relation, ...] = ()
-    if backend == "evomem":
+    if backend != "naive":
         edges = dict.fromkeys(e for f in stored for e in store.links(f.id) if e[0] in fid and e[2] in fid)
         relations = tuple(Relation(fid[s], t, fid[d]) for s, t, d in edges)
     scores = store.similarity([f.id for f in stored], vec)
-    return Retrieved(facts, relations, tuple(f.id for f in stored), tuple(scores))
+    return Retrieved(facts, relations, tuple(f.id for f in stored), tuple(scores), trace)
 
 
 def _traverse(store: MemoryStore, seeds: list[str], depth: int, limit: int) -> list[str]:

@@ -5,6 +5,10 @@ embedding per fact); ``relations`` between facts (SUPERSEDES / CONFLICTS_WITH, a
 ``concepts`` (PARENT_OF through ``parent``) and ``concept_facts`` (CONTAINS); ``meta`` (the embedder's name);
 ``schema_version``. Whether a fact still holds is derived from the relations, never written into the fact.
 
+Schema versions are additive: version 2 adds CLAG's cluster organisation (``clag_clusters``, ``clag_members``; see
+``memory.clag``). Opening a store of an older version upgrades it in place in one transaction (``_MIGRATIONS``);
+a store of a newer version is refused. Facts, their vectors and relations stay immutable in every version.
+
 A session is committed in ONE transaction — its row, its facts, their vectors, its relations and concept edits —
 after the extractor's proposal was checked (``memory.validate``). The file is in WAL mode with
 ``synchronous=NORMAL``: a process killed at any point leaves every committed session intact and no trace of the
@@ -50,7 +54,7 @@ from memory.validate import STORED_ID, check_facts, check_relations
 
 logger = logging.getLogger("memstate.memory")
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 _CHUNK = 900  # ids per IN (…) query
 
 
@@ -109,6 +113,28 @@ _SCHEMA = [
         for op in ("UPDATE", "DELETE")
     ),
 ]
+
+
+# Statements that bring a store of version N-1 to version N (applied in order when an older store is opened).
+_MIGRATIONS: dict[int, list[str]] = {
+    2: [  # CLAG (memory/clag.py): clusters with their profiles, and each fact's current cluster
+        """CREATE TABLE clag_clusters (
+            num INTEGER PRIMARY KEY,
+            parent INTEGER REFERENCES clag_clusters (num),
+            origin TEXT NOT NULL CHECK (origin IN ('kmeans', 'new', 'split')),
+            summary TEXT NOT NULL,
+            tags TEXT NOT NULL,
+            profile_source TEXT NOT NULL CHECK (profile_source IN ('llm', 'keywords')),
+            centre BLOB NOT NULL,
+            retired INTEGER NOT NULL DEFAULT 0 CHECK (retired IN (0, 1)),
+            updated_at TEXT NOT NULL)""",
+        """CREATE TABLE clag_members (
+            fact INTEGER PRIMARY KEY REFERENCES facts (num),
+            cluster INTEGER NOT NULL REFERENCES clag_clusters (num),
+            router TEXT NOT NULL)""",
+        "CREATE INDEX clag_members_cluster ON clag_members (cluster)",
+    ],
+}
 
 
 class StoreError(RuntimeError):
@@ -220,6 +246,7 @@ class MemoryStore:
             self._db.close()
             raise
         self._index = _Index()
+        self.extensions: dict[str, object] = {}  # per-store state of retrieval backends (memory.clag)
         self._sync()
 
     # ---- opening ---------------------------------------------------------------------------------------------
@@ -232,10 +259,17 @@ class MemoryStore:
             if not has_schema:
                 for stmt in _SCHEMA:
                     self._db.execute(stmt)
-                self._db.execute("INSERT INTO schema_version (version) VALUES (?)", (SCHEMA_VERSION,))
+                self._db.execute("INSERT INTO schema_version (version) VALUES (1)")
             (version,) = self._db.execute("SELECT version FROM schema_version").fetchone()
-            if version != SCHEMA_VERSION:
+            if version > SCHEMA_VERSION:
                 raise StoreError(f"{self.path}: schema version {version}, this code reads version {SCHEMA_VERSION}")
+            if version < SCHEMA_VERSION:  # additive upgrade, in this same transaction
+                for v in range(version + 1, SCHEMA_VERSION + 1):
+                    for stmt in _MIGRATIONS[v]:
+                        self._db.execute(stmt)
+                self._db.execute("UPDATE schema_version SET version = ?", (SCHEMA_VERSION,))
+                if has_schema:
+                    logger.info("%s: schema upgraded from version %d to %d", self.path, version, SCHEMA_VERSION)
             row = self._db.execute("SELECT value FROM meta WHERE key = 'embedder'").fetchone()
             if row is None:
                 embedder = embedder if embedder is not None else default_embedder()
@@ -246,6 +280,25 @@ class MemoryStore:
         if embedder.name != row[0]:
             raise StoreError(f"{self.path}: the store's vectors come from {row[0]!r}, not {embedder.name!r}")
         return embedder
+
+    @property
+    def db(self) -> sqlite3.Connection:
+        """The SQLite connection, for backends that keep their own tables (``memory.clag``); facts, vectors and
+        relations refuse UPDATE and DELETE whoever asks."""
+        return self._db
+
+    def transaction(self) -> contextlib.AbstractContextManager[None]:
+        """``BEGIN IMMEDIATE`` … ``COMMIT`` on the store's connection (all or nothing, one writer at a time)."""
+        return self._transaction()
+
+    def meta_value(self, key: str) -> str | None:
+        row = self._db.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
+        return None if row is None else row[0]
+
+    def set_meta_value(self, key: str, value: str) -> None:
+        """Write a ``meta`` entry (call inside ``transaction()`` to make it part of a larger commit)."""
+        self._db.execute("INSERT INTO meta (key, value) VALUES (?, ?) ON CONFLICT (key) DO UPDATE SET value = ?",
+                         (key, value, value))  # fmt: skip
 
     @contextlib.contextmanager
     def _transaction(self) -> Iterator[None]:
@@ -547,6 +600,31 @@ class MemoryStore:
         top = np.argpartition(scores, idx.n - k)[idx.n - k :] if k < idx.n else np.arange(idx.n)
         top = top[np.lexsort((-idx.nums[top], -scores[top]))]  # ties: the later fact first
         return [(fact_id(int(idx.nums[i])), float(scores[i])) for i in top]
+
+    def index_view(self) -> tuple[np.ndarray, np.ndarray]:
+        """``(nums, matrix)`` of every fact in the index, oldest first (read-only views: row i is fact nums[i])."""
+        self._sync()
+        idx = self._index
+        if not idx.n:
+            return np.zeros(0, dtype=np.int64), np.zeros((0, 0), dtype=np.float32)
+        nums, matrix = idx.nums[: idx.n], idx.matrix[: idx.n]
+        nums.flags.writeable = matrix.flags.writeable = False
+        return nums, matrix
+
+    def rows_of(self, nums: Sequence[int]) -> np.ndarray:
+        """Row of each fact number in ``index_view()``'s matrix."""
+        row = self._index.row
+        return np.fromiter((row[int(n)] for n in nums), dtype=np.int64, count=len(nums))
+
+    def texts(self, nums: Sequence[int]) -> dict[int, str]:
+        """``{fact number: text}`` for stored facts (unknown numbers left out)."""
+        out: dict[int, str] = {}
+        nums = [int(n) for n in nums]
+        for start in range(0, len(nums), _CHUNK):
+            chunk = nums[start : start + _CHUNK]
+            marks = ", ".join("?" * len(chunk))
+            out.update(self._db.execute(f"SELECT num, text FROM facts WHERE num IN ({marks})", chunk).fetchall())
+        return out
 
     def similarity(self, ids: Sequence[str], vector: np.ndarray) -> list[float]:
         """Cosine of each stored fact in ``ids`` with ``vector``."""

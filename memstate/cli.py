@@ -75,7 +75,7 @@ def _eval(args: argparse.Namespace) -> None:
         print((out / "compare.md").read_text())
         print(f"chart: {out / 'compare.png'}")
         return
-    if args.eval_command == "memsyco":
+    if args.eval_command in ("memsyco", "sweep"):
         from evaluate.memsyco import JudgeConfig, MemSycoEvalConfig, evaluate_memsyco
 
         judge = JudgeConfig(
@@ -84,6 +84,36 @@ def _eval(args: argparse.Namespace) -> None:
             temperature=args.judge_temperature,
             api_key=os.environ.get(args.judge_api_key_env) if args.judge_api_key_env else None,
         )
+        memory = {
+            "memory_k": args.memory_k,
+            "memory_embedder": args.memory_embedder,
+            "memory_llm_url": args.memory_llm_url,
+            "memory_llm_model": args.memory_llm_model,
+            "clag_bootstrap_min": args.clag_bootstrap_min,
+        }
+        if args.eval_command == "sweep":
+            from evaluate.sweep import SweepConfig, run_sweep
+
+            out = run_sweep(
+                SweepConfig(
+                    data=args.data_files,
+                    responder_model=args.responder,
+                    checkpoint=args.checkpoint,
+                    judge=judge,
+                    out_dir=args.out,
+                    backends=args.backends,
+                    responder_url=args.responder_url,
+                    max_rows=args.max_rows,
+                    seed=args.seed,
+                    policy_max_new_tokens=args.policy_max_new_tokens,
+                    answer_max_tokens=args.answer_max_tokens,
+                    bootstrap_resamples=args.bootstrap_resamples,
+                    **memory,
+                )
+            )
+            print((out / "sweep.md").read_text())
+            print(f"chart: {out / 'sweep.png'}")
+            return
         out = evaluate_memsyco(
             MemSycoEvalConfig(
                 data=args.data_files,
@@ -95,6 +125,7 @@ def _eval(args: argparse.Namespace) -> None:
                 max_rows=args.max_rows,
                 seed=args.seed,
                 memory_backend=args.memory_backend,
+                **memory,
             )
         )
         print((out / "memsyco_report.md").read_text())
@@ -261,7 +292,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--states-url", help="Take checkpoint states from this reasoning-state API (memstate serve api).")
     p.add_argument("--states-api-key-env", default="MEMSTATE_API_KEY", help="Env var with the API's bearer token.")
     p.add_argument("--bootstrap-resamples", type=int, default=2000, help="Paired bootstrap resamples (default 2000).")
-    eval_sub = p.add_subparsers(dest="eval_command", metavar="{compare,memsyco}")
+    eval_sub = p.add_subparsers(dest="eval_command", metavar="{compare,memsyco,sweep}")
     c = eval_sub.add_parser("compare", help="Compare evaluation runs: a Markdown table and a bar chart (PNG).")
     c.add_argument("runs", nargs="+", help="Report dirs (or report.json files) of memstate eval runs.")
     c.add_argument("--out", required=True, help="Output dir for compare.md and compare.png.")
@@ -271,24 +302,53 @@ def build_parser() -> argparse.ArgumentParser:
         description="Rows in MemSyco-Bench's JSONL format (validated against its schema.json); the judge follows the "
         "benchmark's published prompts and pass rules (evaluate/memsyco.py).",
     )
-    m.add_argument("data_files", nargs="+", help="MemSyco-Bench .jsonl files or directories of them.")
-    m.add_argument(
-        "--responder", required=True, help="Responder model path/id, or the served name with --responder-url."
+    w = eval_sub.add_parser(
+        "sweep",
+        help="The policy on every memory backend: MemSyco-Bench with and without the checkpoint's states per backend.",
+        description="Runs `eval memsyco --memory-backend B` for each backend with conditions no_state and checkpoint "
+        "on the same rows; writes OUT/sweep.md (pass rates and the policy's gain with a paired bootstrap CI per "
+        "backend), sweep.json, sweep.png, and each backend's report under OUT/<backend>/ (evaluate/sweep.py).",
     )
-    m.add_argument("--responder-url", help="OpenAI-compatible server of the responder.")
+    for q in (m, w):
+        q.add_argument("data_files", nargs="+", help="MemSyco-Bench .jsonl files or directories of them.")
+        q.add_argument(
+            "--responder", required=True, help="Responder model path/id, or the served name with --responder-url."
+        )
+        q.add_argument("--responder-url", help="OpenAI-compatible server of the responder.")
+        q.add_argument("--judge-url", required=True, help="OpenAI-compatible server of the judge (e.g. vllm serve).")
+        q.add_argument("--judge-model", required=True, help="Model name the judge server serves.")
+        q.add_argument("--judge-temperature", type=float, default=0.0, help="Judge temperature (benchmark: 0).")
+        q.add_argument("--judge-api-key-env", default="MEMSTATE_JUDGE_API_KEY", help="Env var with the judge's token.")
+        q.add_argument("--max-rows", type=int, help="Use only the first N rows of each file.")
+        q.add_argument("--memory-k", type=int, default=10, help="Facts the memory backend retrieves per question.")
+        q.add_argument("--memory-embedder", help="Embedder of the per-row stores (default MiniLM; e.g. hash-384).")
+        q.add_argument(
+            "--memory-llm-url",
+            help="OpenAI-compatible endpoint for CLAG's routing/profiles/cluster choice and MemSearch-o1's fragment "
+            "extraction (default: their rule-based versions, labelled in the report).",
+        )
+        q.add_argument("--memory-llm-model", help="Model name at --memory-llm-url.")
+        q.add_argument("--clag-bootstrap-min", type=int, default=8, help="Facts before CLAG's k-means bootstrap.")
+        q.add_argument("--seed", type=int, default=0, help="Policy sampling seed.")
     m.add_argument("--checkpoint", help="Policy checkpoint: adds the checkpoint condition.")
-    m.add_argument("--judge-url", required=True, help="OpenAI-compatible server of the judge (e.g. vllm serve).")
-    m.add_argument("--judge-model", required=True, help="Model name the judge server serves.")
-    m.add_argument("--judge-temperature", type=float, default=0.0, help="Judge temperature (benchmark: 0).")
-    m.add_argument("--judge-api-key-env", default="MEMSTATE_JUDGE_API_KEY", help="Env var with the judge's token.")
-    m.add_argument("--max-rows", type=int, help="Use only the first N rows of each file.")
     m.add_argument(
         "--memory-backend",
-        choices=["evomem", "naive"],
+        choices=["naive", "evomem", "clag", "memsearch"],
         help="Facts from the memory pipeline over each row's dialogue (rule extractor) instead of the gold items.",
     )
-    m.add_argument("--seed", type=int, default=0, help="Policy sampling seed.")
     m.add_argument("--out", required=True, help="Report dir (memsyco_report.json / .md).")
+    w.add_argument("--checkpoint", required=True, help="Policy checkpoint whose states are evaluated on every backend.")
+    w.add_argument(
+        "--backends",
+        nargs="+",
+        choices=["naive", "evomem", "clag", "memsearch"],
+        default=["naive", "evomem", "clag", "memsearch"],
+        help="Memory backends to sweep (default: all four).",
+    )
+    w.add_argument("--policy-max-new-tokens", type=int, help="Token limit of a state (default: the checkpoint's).")
+    w.add_argument("--answer-max-tokens", type=int, default=256, help="Token limit of a responder answer.")
+    w.add_argument("--bootstrap-resamples", type=int, default=2000, help="Paired bootstrap resamples (default 2000).")
+    w.add_argument("--out", required=True, help="Sweep dir: sweep.md / .json / .png and one report per backend.")
 
     p = sub.add_parser("memory", help="The memory pipeline: ingest dialogues into a store, ask it questions.")
     memory_sub = p.add_subparsers(dest="memory_command", required=True)
@@ -307,7 +367,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--api-url", help="Reasoning-state API (memstate serve api).")
     p.add_argument("--api-key-env", default="MEMSTATE_API_KEY", help="Env var with the API's bearer token.")
     p.add_argument("--no-state", action="store_true", help="Baseline: answer without a reasoning state.")
-    p.add_argument("--backend", choices=["evomem", "naive"], default="evomem", help="Retrieval backend.")
+    p.add_argument(
+        "--backend", choices=["evomem", "naive", "clag", "memsearch"], default="evomem", help="Retrieval backend."
+    )
     p.add_argument("-k", type=int, default=10, help="Seed facts retrieved (default 10).")
 
     p = sub.add_parser("serve", help="Serve the policy (vLLM) and the reasoning-state API.")

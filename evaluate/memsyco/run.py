@@ -7,7 +7,7 @@ import json
 import logging
 from collections import defaultdict
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -47,10 +47,28 @@ class MemSycoEvalConfig:
     max_dialogue_facts: int = field(default=12, metadata={"help": "Latest dialogue facts kept per row."})
     memory_backend: str | None = field(
         default=None,
-        metadata={"help": "evomem or naive: facts come from the memory pipeline run over the row's dialogue (rule "
-                  "extractor, one store per row), not from the benchmark's gold memory items."},
+        metadata={"help": "naive, evomem, clag or memsearch: facts come from the memory pipeline run over the row's "
+                  "dialogue (rule extractor, one store per row), not from the benchmark's gold memory items."},
     )  # fmt: skip
     memory_k: int = field(default=10, metadata={"help": "Seed facts the memory pipeline retrieves per question."})
+    memory_embedder: str | None = field(
+        default=None, metadata={"help": "Embedder of the per-row stores (default MiniLM; e.g. hash-384 for tests)."}
+    )
+    memory_llm_url: str | None = field(
+        default=None,
+        metadata={"help": "OpenAI-compatible endpoint for CLAG's routing/profiles/cluster choice and MemSearch-o1's "
+                  "fragment extraction; without it both run rule-based (labelled in the report)."},
+    )  # fmt: skip
+    memory_llm_model: str | None = field(default=None, metadata={"help": "Model name at memory_llm_url."})
+    clag_bootstrap_min: int = field(
+        default=8,
+        metadata={"help": "Facts before CLAG's k-means bootstrap (per-row stores hold ~10-40 facts; the released "
+                  "code's 100 would leave CLAG as plain dense search here)."},
+    )  # fmt: skip
+    memory_options: dict = field(
+        default_factory=dict,
+        metadata={"help": "Overrides of memory.ClagConfig / MemSearchConfig: {'clag': {...}, 'memsearch': {...}}."},
+    )
 
 
 def _sha256(path: Path) -> str:
@@ -158,21 +176,65 @@ def render_markdown(report: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def pipeline_instance(row: MemSycoRow, instance: Instance, config: MemSycoEvalConfig, out_dir: Path) -> Instance:
+def memory_settings(config: MemSycoEvalConfig) -> tuple[Any, Any]:
+    """The ``ClagConfig`` and ``MemSearchConfig`` this evaluation runs with."""
+    from memory import ClagConfig, MemSearchConfig
+
+    clag = {"bootstrap_min": config.clag_bootstrap_min, **config.memory_options.get("clag", {})}
+    return ClagConfig(**clag), MemSearchConfig(**config.memory_options.get("memsearch", {}))
+
+
+def memory_llm(config: MemSycoEvalConfig) -> Any:
+    """The memory backends' LLM client (None: rule-based)."""
+    if not config.memory_llm_url:
+        return None
+    if not config.memory_llm_model:
+        raise ValueError("memory_llm_url needs memory_llm_model (the model name the server serves)")
+    from memory import ChatJSON
+
+    return ChatJSON(config.memory_llm_url, config.memory_llm_model)
+
+
+_DECISIONS = {  # backend → (without an LLM, with one)
+    "naive": ("none (dense top-k)",) * 2,
+    "evomem": ("none (dense seeds + stored relations)",) * 2,
+    "clag": ("rule-based (nearest-centroid routing, keyword profiles, similarity cluster choice)",
+             "llm (routing, profiles, cluster choice)"),
+    "memsearch": ("rule-based (extractive fragments, uncovered-seed sub-queries)",
+                  "llm (verbatim fragments, sub-queries)"),
+}  # fmt: skip
+_TRACE_KEYS = ("mode", "selector", "router", "profiles", "clusters", "n_clusters", "seed_pipeline", "extractor",
+               "seeds", "sub_queries", "fallback", "rejected_fragments", "llm_failures")  # fmt: skip
+
+
+def pipeline_instance(
+    row: MemSycoRow, instance: Instance, config: MemSycoEvalConfig, out_dir: Path, llm: Any = None
+) -> Instance:
     """``instance`` with the facts and relations the memory pipeline retrieves for its question after ingesting the
-    row's dialogue (its own SQLite store under ``OUT/stores/``); the gold memory items are not given to it."""
+    row's dialogue (its own SQLite store under ``OUT/stores/``); the gold memory items are not given to it.
+    ``meta["memory"]`` records the backend, the stored fact ids and how the backend decided (its trace, abridged)."""
     from memory import MemoryStore, RuleExtractor, memsyco_sessions, retrieve
+    from memory.embed import embedder_from_name
 
     path = out_dir / "stores" / f"{instance.id}.sqlite"
     path.parent.mkdir(parents=True, exist_ok=True)
-    with MemoryStore(path) as store:
+    clag, memsearch = memory_settings(config)
+    embedder = embedder_from_name(config.memory_embedder) if config.memory_embedder else None
+    with MemoryStore(path, embedder) as store:
         extractor = RuleExtractor()
         for session in memsyco_sessions(row):
             store.ingest_session(list(session.turns), extractor, session_id=session.id)
-        got = retrieve(store, row.question, k=config.memory_k, backend=config.memory_backend)
+        got = retrieve(store, row.question, k=config.memory_k, backend=config.memory_backend, llm=llm, clag=clag,
+                       memsearch_config=memsearch)  # fmt: skip
+        n_stored = len(store)
+    trace = {k: got.trace[k] for k in _TRACE_KEYS if k in got.trace}
+    if "path" in got.trace:
+        trace["fragments"], trace["path_length"] = len(got.trace.get("fragments", [])), len(got.trace["path"])
+    meta = instance.meta | {"memory": {"backend": config.memory_backend, "stored_facts": n_stored,
+                                       "store_ids": list(got.store_ids), "trace": trace}}  # fmt: skip
     if not got.facts:  # nothing extracted: an Instance needs a fact; say so to the responder
-        return replace(instance, facts=(Fact("F1", "No memories were found.", "fact"),), relations=())
-    return replace(instance, facts=got.facts, relations=got.relations)
+        return replace(instance, facts=(Fact("F1", "No memories were found.", "fact"),), relations=(), meta=meta)
+    return replace(instance, facts=got.facts, relations=got.relations, meta=meta)
 
 
 def evaluate_memsyco(config: MemSycoEvalConfig) -> Path:
@@ -196,9 +258,32 @@ def evaluate_memsyco(config: MemSycoEvalConfig) -> Path:
         )
         for r in rows
     ]
+    memory_info = None
     if config.memory_backend:
+        from memory import BACKENDS
+
+        if config.memory_backend not in BACKENDS:
+            raise ValueError(f"memory_backend {config.memory_backend!r} is not one of {list(BACKENDS)}")
         out_dir = Path(config.out_dir)
-        instances = [pipeline_instance(r, inst, config, out_dir) for r, inst in zip(rows, instances, strict=True)]
+        llm = memory_llm(config)
+        instances = [
+            pipeline_instance(r, inst, config, out_dir, llm) for r, inst in tqdm(
+                list(zip(rows, instances, strict=True)), desc=f"memory ({config.memory_backend})", unit="row")
+        ]  # fmt: skip
+        clag, memsearch = memory_settings(config)
+        memory_info = {
+            "backend": config.memory_backend,
+            "k": config.memory_k,
+            "embedder": config.memory_embedder or "all-MiniLM-L6-v2",
+            "extractor": "RuleExtractor",
+            "llm": llm.describe() if llm is not None else None,
+            "decisions": _DECISIONS[config.memory_backend][llm is not None],
+            "clag": asdict(clag) if config.memory_backend == "clag" else None,
+            "memsearch": asdict(memsearch) if config.memory_backend == "memsearch" else None,
+        }
+        if llm is not None:
+            memory_info["llm_calls"], memory_info["llm_failures"] = llm.calls, llm.failures
+            llm.close()
     check_judge(config.judge)  # fail before hours of answering, not after
     logger.info("MemSyco-Bench: %d rows from %d file(s)", len(rows), len(files))
 
@@ -219,6 +304,8 @@ def evaluate_memsyco(config: MemSycoEvalConfig) -> Path:
         for i, (row, inst, answer) in enumerate(zip(rows, instances, answers, strict=True)):
             record = {"condition": condition, "id": row.id, "instance_id": inst.id, "task": row.task}
             record |= {"where": row.where, "answer": answer}
+            if "memory" in inst.meta:
+                record["memory"] = inst.meta["memory"]
             if condition == "checkpoint":
                 ok = not isinstance(parsed[i], FormatError)
                 record["state"] = {"text": states[i], "format_ok": ok, "format_error": None if ok else parsed[i].reason}
@@ -281,6 +368,7 @@ def evaluate_memsyco(config: MemSycoEvalConfig) -> Path:
             "max_dialogue_facts": config.max_dialogue_facts,
             "memory_backend": config.memory_backend,
             "memory_k": config.memory_k if config.memory_backend else None,
+            "memory": memory_info,
         },
         "metrics": summarize(records),
         "unjudged": [
