@@ -10,9 +10,7 @@ a long ingest. A valid reply is still checked like any proposal (verbatim quotes
 
 from __future__ import annotations
 
-import json
 import logging
-import re
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -20,6 +18,7 @@ from typing import Any
 import httpx
 import jsonschema_rs
 
+from memory.llm_client import parse_json_reply
 from memory.records import (
     CONCEPT_OPS,
     FACT_RELATIONS,
@@ -140,22 +139,10 @@ def extraction_messages(turns: Sequence[Turn], context: Sequence[StoredFact]) ->
     return [{"role": "system", "content": EXTRACT_SYSTEM}, {"role": "user", "content": user}]
 
 
-_FENCE = re.compile(r"^```(?:json)?\s*|\s*```$")
-_THINK = re.compile(r"<think>.*?</think>", re.DOTALL)
-
-
 def parse_reply(content: str) -> Proposal:
     """A model's reply → Proposal; raises ValueError naming what is wrong (not JSON, or which field breaks the
     schema). A ``<think>`` block and a Markdown code fence around the JSON are tolerated."""
-    text = _FENCE.sub("", _THINK.sub("", content).strip())
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as e:
-        raise ValueError(f"not JSON: {e.msg} at column {e.colno}: {text[:80]!r}") from None
-    error = next(iter(_VALIDATOR.iter_errors(data)), None)
-    if error is not None:
-        path = "/".join(map(str, error.instance_path)) or "(reply)"
-        raise ValueError(f"schema: {path}: {error.message}")
+    data = parse_json_reply(content, _VALIDATOR)
     return Proposal(
         facts=tuple(
             FactProposal(f["key"], f["text"], f["kind"], f["scope"], f["quote"], f["turn"], tuple(f["concepts"]))
