@@ -55,12 +55,8 @@ def _turn(obj: Any, where: str) -> tuple[Turn, Any]:
     return Turn(role, content, time), session
 
 
-def read_dialogue_jsonl(path: str | Path) -> Iterator[Session]:
-    """The sessions of a dialogue JSONL file (see the module docstring), in file order."""
-    path = Path(path)
-    turns: list[Turn] = []
-    current: Any = _MISSING
-    start = 0
+def _jsonl(path: Path) -> Iterator[tuple[int, str, Any]]:
+    """``(line number, "FILE:LINE", object)`` for every non-blank line; unreadable files and bad JSON say where."""
     try:
         f = open(path, encoding="utf-8")
     except OSError as e:
@@ -71,16 +67,25 @@ def read_dialogue_jsonl(path: str | Path) -> Iterator[Session]:
                 continue
             where = f"{path}:{lineno}"
             try:
-                obj = json.loads(line)
+                yield lineno, where, json.loads(line)
             except json.JSONDecodeError as e:
                 raise IngestError(f"{where}: (line): invalid JSON: {e.msg} (column {e.colno})") from None
-            turn, session = _turn(obj, where)
-            if turns and session != current:
-                yield _session(turns, current, f"{path}:{start}")
-                turns = []
-            if not turns:
-                current, start = session, lineno
-            turns.append(turn)
+
+
+def read_dialogue_jsonl(path: str | Path) -> Iterator[Session]:
+    """The sessions of a dialogue JSONL file (see the module docstring), in file order."""
+    path = Path(path)
+    turns: list[Turn] = []
+    current: Any = _MISSING
+    start = 0
+    for lineno, where, obj in _jsonl(path):
+        turn, session = _turn(obj, where)
+        if turns and session != current:
+            yield _session(turns, current, f"{path}:{start}")
+            turns = []
+        if not turns:
+            current, start = session, lineno
+        turns.append(turn)
     if turns:
         yield _session(turns, current, f"{path}:{start}")
 
@@ -161,22 +166,10 @@ def personamem_sessions(
 def memsyco_file_sessions(path: str | Path, *, turns_per_session: int | None = None) -> Iterator[Session]:
     """The sessions of every row of a MemSyco-Bench JSONL file, row after row (blank lines skipped)."""
     path = Path(path)
-    try:
-        f = open(path, encoding="utf-8")
-    except OSError as e:
-        raise IngestError(f"{path}:0: (file): cannot read: {e.strerror}") from None
-    with f:
-        for lineno, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            where = f"{path}:{lineno}"
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise IngestError(f"{where}: (line): invalid JSON: {e.msg} (column {e.colno})") from None
-            if not isinstance(row, dict) or not isinstance(row.get("id"), str) or not row["id"]:
-                raise IngestError(f"{where}: id: must be a non-empty string")
-            yield from memsyco_sessions(row, turns_per_session=turns_per_session, where=where)
+    for _, where, row in _jsonl(path):
+        if not isinstance(row, dict) or not isinstance(row.get("id"), str) or not row["id"]:
+            raise IngestError(f"{where}: id: must be a non-empty string")
+        yield from memsyco_sessions(row, turns_per_session=turns_per_session, where=where)
 
 
 INPUT_FORMATS = ("dialogue", "memsyco", "personamem")
