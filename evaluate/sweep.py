@@ -18,11 +18,10 @@ from __future__ import annotations
 
 import json
 import logging
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from evaluate.memsyco.judge import JudgeConfig
 from evaluate.memsyco.run import MemSycoEvalConfig, evaluate_memsyco
 from evaluate.stats import paired_difference_ci
 
@@ -33,51 +32,14 @@ SWEEP_BACKENDS = ("naive", "evomem", "clag", "memsearch")
 
 @dataclass
 class SweepConfig:
-    data: list[str] = field(metadata={"help": "MemSyco-Bench JSONL files and/or directories of them."})
-    responder_model: str = field(metadata={"help": "Responder model path/id (in-process unless responder_url)."})
-    checkpoint: str = field(metadata={"help": "Policy checkpoint whose states are evaluated on every backend."})
-    judge: JudgeConfig = field(metadata={"help": "The LLM judge."})
-    out_dir: str = field(metadata={"help": "Sweep directory (one evaluation per backend under it)."})
+    """One MemSyco-Bench evaluation (its ``checkpoint`` required), run once per backend under ``out_dir/BACKEND``."""
+
+    evaluation: MemSycoEvalConfig = field(metadata={"help": "Everything but the backend (and its out_dir)."})
     backends: list[str] = field(default_factory=lambda: list(SWEEP_BACKENDS))
-    responder_url: str | None = None
-    max_rows: int | None = None
-    seed: int = 0
-    policy_temperature: float = 0.3
-    policy_max_new_tokens: int | None = None
-    answer_max_tokens: int = 256
-    batch_size: int = 8
-    max_fact_chars: int = 800
-    memory_k: int = 10
-    memory_embedder: str | None = None
-    memory_llm_url: str | None = None
-    memory_llm_model: str | None = None
-    clag_bootstrap_min: int = 8
-    memory_options: dict = field(default_factory=dict)
     bootstrap_resamples: int = 2000
 
     def eval_config(self, backend: str) -> MemSycoEvalConfig:
-        return MemSycoEvalConfig(
-            data=self.data,
-            responder_model=self.responder_model,
-            judge=self.judge,
-            out_dir=str(Path(self.out_dir) / backend),
-            responder_url=self.responder_url,
-            checkpoint=self.checkpoint,
-            max_rows=self.max_rows,
-            seed=self.seed,
-            policy_temperature=self.policy_temperature,
-            policy_max_new_tokens=self.policy_max_new_tokens,
-            answer_max_tokens=self.answer_max_tokens,
-            batch_size=self.batch_size,
-            max_fact_chars=self.max_fact_chars,
-            memory_backend=backend,
-            memory_k=self.memory_k,
-            memory_embedder=self.memory_embedder,
-            memory_llm_url=self.memory_llm_url,
-            memory_llm_model=self.memory_llm_model,
-            clag_bootstrap_min=self.clag_bootstrap_min,
-            memory_options=self.memory_options,
-        )
+        return replace(self.evaluation, out_dir=str(Path(self.evaluation.out_dir) / backend), memory_backend=backend)
 
 
 def _rate(values: list[int]) -> float | None:
@@ -215,7 +177,10 @@ def run_sweep(config: SweepConfig) -> Path:
     unknown = [b for b in config.backends if b not in SWEEP_BACKENDS]
     if unknown or not config.backends:
         raise ValueError(f"backends must be some of {list(SWEEP_BACKENDS)}, got {config.backends}")
-    out = Path(config.out_dir)
+    if not config.evaluation.checkpoint:
+        raise ValueError("a sweep measures the policy: give a checkpoint")
+    ev = config.evaluation
+    out = Path(ev.out_dir)
     out.mkdir(parents=True, exist_ok=True)
     results: dict[str, Any] = {}
     files: list[str] = []
@@ -229,19 +194,19 @@ def run_sweep(config: SweepConfig) -> Path:
         decisions[backend] = results[backend]["decisions"]
     sweep = {
         "settings": {
-            "checkpoint": config.checkpoint,
-            "responder_model": config.responder_model,
-            "judge_model": config.judge.model,
-            "judge_url": config.judge.url,
+            "checkpoint": ev.checkpoint,
+            "responder_model": ev.responder_model,
+            "judge_model": ev.judge.model,
+            "judge_url": ev.judge.url,
             "files": files,
-            "max_rows": config.max_rows,
-            "memory_k": config.memory_k,
-            "memory_embedder": config.memory_embedder or "all-MiniLM-L6-v2",
+            "max_rows": ev.max_rows,
+            "memory_k": ev.memory_k,
+            "memory_embedder": ev.memory_embedder or "all-MiniLM-L6-v2",
             "memory_decisions": decisions,
-            "clag_bootstrap_min": config.clag_bootstrap_min,
-            "memory_options": config.memory_options,
-            "policy_temperature": config.policy_temperature,
-            "seed": config.seed,
+            "clag_bootstrap_min": ev.clag_bootstrap_min,
+            "memory_options": ev.memory_options,
+            "policy_temperature": ev.policy_temperature,
+            "seed": ev.seed,
             "bootstrap_resamples": config.bootstrap_resamples,
         },
         "backends": results,

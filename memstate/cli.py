@@ -84,50 +84,32 @@ def _eval(args: argparse.Namespace) -> None:
             temperature=args.judge_temperature,
             api_key=os.environ.get(args.judge_api_key_env) if args.judge_api_key_env else None,
         )
-        memory = {
-            "memory_k": args.memory_k,
-            "memory_embedder": args.memory_embedder,
-            "memory_llm_url": args.memory_llm_url,
-            "memory_llm_model": args.memory_llm_model,
-            "clag_bootstrap_min": args.clag_bootstrap_min,
-        }
+        evaluation = MemSycoEvalConfig(
+            data=args.data_files,
+            responder_model=args.responder,
+            judge=judge,
+            out_dir=args.out,
+            responder_url=args.responder_url,
+            checkpoint=args.checkpoint,
+            max_rows=args.max_rows,
+            seed=args.seed,
+            memory_backend=getattr(args, "memory_backend", None),
+            memory_k=args.memory_k,
+            memory_embedder=args.memory_embedder,
+            memory_llm_url=args.memory_llm_url,
+            memory_llm_model=args.memory_llm_model,
+            clag_bootstrap_min=args.clag_bootstrap_min,
+        )
         if args.eval_command == "sweep":
             from evaluate.sweep import SweepConfig, run_sweep
 
-            out = run_sweep(
-                SweepConfig(
-                    data=args.data_files,
-                    responder_model=args.responder,
-                    checkpoint=args.checkpoint,
-                    judge=judge,
-                    out_dir=args.out,
-                    backends=args.backends,
-                    responder_url=args.responder_url,
-                    max_rows=args.max_rows,
-                    seed=args.seed,
-                    policy_max_new_tokens=args.policy_max_new_tokens,
-                    answer_max_tokens=args.answer_max_tokens,
-                    bootstrap_resamples=args.bootstrap_resamples,
-                    **memory,
-                )
-            )
+            evaluation.policy_max_new_tokens = args.policy_max_new_tokens
+            evaluation.answer_max_tokens = args.answer_max_tokens
+            out = run_sweep(SweepConfig(evaluation, args.backends, args.bootstrap_resamples))
             print((out / "sweep.md").read_text())
             print(f"chart: {out / 'sweep.png'}")
             return
-        out = evaluate_memsyco(
-            MemSycoEvalConfig(
-                data=args.data_files,
-                responder_model=args.responder,
-                judge=judge,
-                out_dir=args.out,
-                responder_url=args.responder_url,
-                checkpoint=args.checkpoint,
-                max_rows=args.max_rows,
-                seed=args.seed,
-                memory_backend=args.memory_backend,
-                **memory,
-            )
-        )
+        out = evaluate_memsyco(evaluation)
         print((out / "memsyco_report.md").read_text())
         return
     from evaluate.run import EvalConfig, evaluate_checkpoint
