@@ -26,7 +26,14 @@ _THINK = re.compile(r"<think>.*?</think>", re.DOTALL)
 
 
 class LLMError(RuntimeError):
-    """No usable reply: the server failed or kept answering something that is not the asked-for JSON."""
+    """No usable reply: the server failed or kept answering something that is not the asked-for JSON.
+
+    ``invalid``: attempts whose reply was not the asked-for JSON; ``failed``: attempts the server failed (transport,
+    429, 5xx); ``rejected``: the request itself was refused (another 4xx, not retried)."""
+
+    def __init__(self, invalid: list[str], failed: list[str], rejected: str | None = None):
+        super().__init__("; ".join(invalid + failed + ([rejected] if rejected else [])))
+        self.invalid, self.failed, self.rejected = invalid, failed, rejected
 
 
 def parse_json_reply(content: str, validator: Any) -> dict[str, Any]:
@@ -96,7 +103,8 @@ class ChatJSON:
             "max_tokens": self.max_tokens,
             "response_format": {"type": "json_schema", "json_schema": {"name": name, "schema": schema, "strict": True}},
         }
-        problems: list[str] = []
+        invalid: list[str] = []
+        failed: list[str] = []
         for attempt in range(1, self.retries + 2):
             if attempt > 1:
                 time.sleep(self.backoff * 2 ** (attempt - 2))
@@ -104,24 +112,26 @@ class ChatJSON:
             try:
                 reply = self.http.post("/v1/chat/completions", json=body)
             except httpx.HTTPError as e:
-                problems.append(f"attempt {attempt}: {type(e).__name__}: {e}")
+                failed.append(f"attempt {attempt}: {type(e).__name__}: {e}")
                 continue
             if reply.status_code == 429 or reply.status_code >= 500:
-                problems.append(f"attempt {attempt}: HTTP {reply.status_code}")
+                failed.append(f"attempt {attempt}: HTTP {reply.status_code}")
                 continue
             if reply.status_code != 200:  # the request itself is wrong: retrying will not help
-                problems.append(f"HTTP {reply.status_code}: {reply.text[:200]}")
-                break
+                self.failures += 1
+                raise LLMError(invalid, failed, f"HTTP {reply.status_code} from {self.url}: {reply.text[:300]}")
             try:
                 content = reply.json()["choices"][0]["message"]["content"]
                 if not isinstance(content, str):
                     raise TypeError(f"message content is {type(content).__name__}")
                 return parse_json_reply(content, validator)
             except (ValueError, KeyError, IndexError, TypeError) as e:
-                problems.append(f"attempt {attempt}: invalid reply: {e}")
+                invalid.append(f"attempt {attempt}: invalid reply: {e}")
+                logger.warning("%s: %s reply rejected (%s)", self.url, name, invalid[-1])
         self.failures += 1
-        logger.warning("%s: no usable %s reply (%s)", self.url, name, "; ".join(problems))
-        raise LLMError("; ".join(problems))
+        error = LLMError(invalid, failed)
+        logger.warning("%s: no usable %s reply (%s)", self.url, name, error)
+        raise error
 
     def close(self) -> None:
         self.http.close()

@@ -11,14 +11,12 @@ a long ingest. A valid reply is still checked like any proposal (verbatim quotes
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Sequence
 from typing import Any
 
-import httpx
 import jsonschema_rs
 
-from memory.llm_client import parse_json_reply
+from memory.llm_client import ChatJSON, LLMError, parse_json_reply
 from memory.records import (
     CONCEPT_OPS,
     FACT_RELATIONS,
@@ -142,7 +140,11 @@ def extraction_messages(turns: Sequence[Turn], context: Sequence[StoredFact]) ->
 def parse_reply(content: str) -> Proposal:
     """A model's reply → Proposal; raises ValueError naming what is wrong (not JSON, or which field breaks the
     schema). A ``<think>`` block and a Markdown code fence around the JSON are tolerated."""
-    data = parse_json_reply(content, _VALIDATOR)
+    return proposal_from(parse_json_reply(content, _VALIDATOR))
+
+
+def proposal_from(data: dict[str, Any]) -> Proposal:
+    """A reply already checked against ``PROPOSAL_SCHEMA`` → Proposal."""
     return Proposal(
         facts=tuple(
             FactProposal(f["key"], f["text"], f["kind"], f["scope"], f["quote"], f["turn"], tuple(f["concepts"]))
@@ -159,7 +161,11 @@ def parse_reply(content: str) -> Proposal:
 
 
 class LLMExtractor:
-    """``propose`` through an OpenAI-compatible chat endpoint. ``url`` is the server root (``/v1`` optional)."""
+    """``propose`` through an OpenAI-compatible chat endpoint (``memory.llm_client.ChatJSON``: one retry loop for
+    every LLM call of the memory package). ``url`` is the server root (``/v1`` optional).
+
+    A server that fails every attempt, or refuses the request, raises ``ExtractorError`` (nothing is written; the
+    ingest stops); replies that never become a valid proposal reject only this session, with the reasons."""
 
     def __init__(
         self,
@@ -173,57 +179,26 @@ class LLMExtractor:
         temperature: float = 0.0,
         max_tokens: int = 4096,
     ) -> None:
-        base = url.rstrip("/").removesuffix("/v1")
-        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-        self.http = httpx.Client(base_url=base, headers=headers, timeout=timeout)
-        self.model, self.retries, self.backoff = model, retries, backoff
-        self.temperature, self.max_tokens = temperature, max_tokens
-        self.calls = 0
+        self.chat = ChatJSON(url, model, api_key=api_key, timeout=timeout, retries=retries, backoff=backoff,
+                             temperature=temperature, max_tokens=max_tokens)  # fmt: skip
 
-    def body(self, turns: Sequence[Turn], context: Sequence[StoredFact]) -> dict[str, Any]:
-        return {
-            "model": self.model,
-            "messages": extraction_messages(turns, context),
-            "temperature": self.temperature,
-            "max_tokens": self.max_tokens,
-            "response_format": {
-                "type": "json_schema",
-                "json_schema": {"name": "memory_proposal", "schema": PROPOSAL_SCHEMA, "strict": True},
-            },
-        }
+    @property
+    def calls(self) -> int:
+        return self.chat.calls
 
     def propose(self, turns: Sequence[Turn], context: Sequence[StoredFact]) -> Proposal:
-        body = self.body(turns, context)
-        invalid: list[str] = []
-        failed: list[str] = []
-        for attempt in range(1, self.retries + 2):
-            if attempt > 1:
-                time.sleep(self.backoff * 2 ** (attempt - 2))
-            self.calls += 1
-            try:
-                reply = self.http.post("/v1/chat/completions", json=body)
-            except httpx.HTTPError as e:
-                failed.append(f"attempt {attempt}: {type(e).__name__}: {e}")
-                continue
-            if reply.status_code == 429 or reply.status_code >= 500:
-                failed.append(f"attempt {attempt}: HTTP {reply.status_code}")
-                continue
-            if reply.status_code != 200:  # the request itself is wrong: retrying will not help
-                raise ExtractorError(f"HTTP {reply.status_code} from {self.http.base_url}: {reply.text[:300]}")
-            try:
-                content = reply.json()["choices"][0]["message"]["content"]
-                if not isinstance(content, str):
-                    raise TypeError(f"message content is {type(content).__name__}")
-                return parse_reply(content)
-            except (ValueError, KeyError, IndexError, TypeError) as e:
-                invalid.append(f"attempt {attempt}: invalid reply: {e}")
-                logger.warning("extractor reply rejected (%s)", invalid[-1])
-        if not invalid:
-            raise ExtractorError(f"extraction server {self.http.base_url} failed: {'; '.join(failed)}")
-        return Proposal(errors=tuple(invalid + failed))
+        try:
+            data = self.chat.ask(extraction_messages(turns, context), PROPOSAL_SCHEMA, "memory_proposal")
+        except LLMError as e:
+            if e.rejected:
+                raise ExtractorError(e.rejected) from None
+            if not e.invalid:
+                raise ExtractorError(f"extraction server {self.chat.url} failed: {'; '.join(e.failed)}") from None
+            return Proposal(errors=tuple(e.invalid + e.failed))
+        return proposal_from(data)
 
     def close(self) -> None:
-        self.http.close()
+        self.chat.close()
 
     def __enter__(self) -> LLMExtractor:
         return self
