@@ -1,10 +1,14 @@
 """A real local OpenAI-compatible chat server for tests: ``/v1/chat/completions`` answered by a Python callable
-(scripted replies, or a tiny model generating with transformers); every GET (``/health``, ``/v1/models``) is 200."""
+(scripted replies, or a tiny model generating with transformers); every GET (``/health``, ``/v1/models``) is 200.
+Also ``live_app``: any ASGI app under a real uvicorn."""
 
 from __future__ import annotations
 
 import json
 import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
@@ -78,3 +82,27 @@ class TinyChatModel:
             )
         self.generated_tokens += out.shape[1] - len(ids)
         return 200, self.tokenizer.decode(out[0, len(ids) :], skip_special_tokens=True)
+
+
+@contextmanager
+def live_app(app) -> Iterator[str]:
+    """Serve an ASGI app with a real uvicorn on a free local port in a thread; yield its base URL."""
+    import socket
+
+    import uvicorn
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 20
+    while not server.started:
+        assert time.monotonic() < deadline, "uvicorn did not start"
+        time.sleep(0.05)
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        thread.join(timeout=10)

@@ -11,14 +11,11 @@ from __future__ import annotations
 
 import json
 import os
-import threading
-import time
 from pathlib import Path
 
 import httpx
 import pytest
-import uvicorn
-from chat_server import ChatServer, TinyChatModel
+from chat_server import ChatServer, TinyChatModel, live_app
 
 from memory import MemoryStore, retrieve
 from memory.answer import ask
@@ -36,16 +33,8 @@ if not VMS.is_file() and not os.environ.get("CI"):  # in CI the shared data must
     pytest.skip(f"MemSyco-Bench shared data not found at {MEMSYCO}", allow_module_level=True)
 
 
-def start_api(policy_url: str) -> tuple[str, uvicorn.Server, threading.Thread]:
-    app = create_app(ApiConfig(policy_url=policy_url, api_key_env="", max_tokens=48))
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=free_port(), log_level="warning"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 20
-    while not server.started:
-        assert time.monotonic() < deadline, "uvicorn did not start"
-        time.sleep(0.05)
-    return f"http://127.0.0.1:{server.config.port}", server, thread
+def api_app(policy_url: str):
+    return create_app(ApiConfig(policy_url=policy_url, api_key_env="", max_tokens=48))
 
 
 @pytest.fixture()
@@ -65,17 +54,13 @@ def test_ingest_then_ask_with_the_tiny_policy_behind_the_api(tiny_models, one_ro
 
     policy = TinyChatModel(tiny_models["policy"])
     with ChatServer(policy) as policy_server:
-        api_url, api, thread = start_api(policy_server.url)
-        try:
+        with live_app(api_app(policy_server.url)) as api_url:
             argv = ["memory", "ask", "--store", str(store), row["question"], "--responder",
                     str(tiny_models["responder"]), "--api-url", api_url]  # fmt: skip
             assert main(argv) == 0
             out = capsys.readouterr().out
             assert main([*argv[:-2], "--no-state"]) == 0
             baseline = capsys.readouterr().out
-        finally:
-            api.should_exit = True
-            thread.join(timeout=10)
     assert policy.generated_tokens > 0 and len(policy_server.requests) in (1, 2)  # one call, or one format retry
     assert "[F1] (" in out and "\nanswer: " in out and ("rules:\n- " in out or "no usable state" in out)
     assert "[F1] (" in baseline and "rules" not in baseline
@@ -87,8 +72,7 @@ def test_the_rules_reach_the_responder(tiny_models, one_row, tmp_path):
     path, row = one_row
     rules = "- Use the current preference F2, not the outdated one.\n- Recommend a technique-focused class."
     with ChatServer(lambda body: (200, rules)) as policy_server:
-        api_url, api, thread = start_api(policy_server.url)
-        try:
+        with live_app(api_app(policy_server.url)) as api_url:
             seen = []
 
             class Recording(TransformersResponder):
@@ -104,9 +88,6 @@ def test_the_rules_reach_the_responder(tiny_models, one_row, tmp_path):
                     store.ingest_session(turns, RuleExtractor(), session_id=session_id)
                 answer = ask(store, row["question"], Recording(str(tiny_models["responder"])), state_api=client)
                 assert answer.retrieved.facts == retrieve(store, row["question"]).facts
-        finally:
-            api.should_exit = True
-            thread.join(timeout=10)
     assert answer.state_format_ok and answer.rules == (
         "Use the current preference F2, not the outdated one.",
         "Recommend a technique-focused class.",

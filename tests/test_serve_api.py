@@ -253,23 +253,12 @@ def test_openapi_schema_documents_the_endpoint_and_its_errors():
 @pytest.fixture()
 def live_api():
     """The app under a real uvicorn server on a free port (policy scripted), for the clients."""
-    import threading
-    import time
-
-    import uvicorn
+    from chat_server import live_app
 
     policy = ScriptedPolicy(BAD, GOOD)
     app = create_app(ApiConfig(api_key_env="MEMSTATE_TEST_CLIENT_KEY"), policy_transport=httpx.MockTransport(policy))
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=free_port(), log_level="warning"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 20
-    while not server.started:
-        assert time.monotonic() < deadline, "uvicorn did not start"
-        time.sleep(0.05)
-    yield f"http://127.0.0.1:{server.config.port}"
-    server.should_exit = True
-    thread.join(timeout=10)
+    with live_app(app) as url:
+        yield url
 
 
 def test_sync_and_async_clients(live_api):
