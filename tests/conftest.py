@@ -12,6 +12,14 @@ ROOT = Path(__file__).resolve().parents[1]
 FEVER_CONFIG = ROOT / "configs" / "data" / "fever_fixture.yaml"
 
 
+@pytest.fixture(scope="session", autouse=True)
+def memstate_cache(tmp_path_factory):
+    """Exported ONNX embedders go to the session's temporary directory, not the user's ~/.cache."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("MEMSTATE_CACHE", str(tmp_path_factory.mktemp("memstate-cache")))
+        yield
+
+
 @pytest.fixture(scope="session")
 def tiny_models(tmp_path_factory) -> dict[str, Path]:
     return build_tiny_models(tmp_path_factory.mktemp("tiny-models"))
