@@ -99,12 +99,10 @@ def _quiet() -> Iterator[None]:
 
 
 class OnnxSentenceEncoder:
-    """``encode(texts)`` of a loaded sentence-transformers ``model`` (which keeps tokenizing), run by ONNX Runtime.
+    """``encode(texts)`` of a loaded sentence-transformers ``model`` (which keeps tokenizing), run by ONNX Runtime
+    on at most 2 threads: a query is too small to split further, and a busy machine punishes more."""
 
-    ``threads``: intra-op threads (default: up to 2 — a query is too small to split further, and a busy machine
-    punishes more)."""
-
-    def __init__(self, model, *, threads: int | None = None) -> None:
+    def __init__(self, model) -> None:
         import onnxruntime as ort
 
         self.model = model
@@ -113,7 +111,7 @@ class OnnxSentenceEncoder:
             logger.info("exporting the embedder to ONNX once, into %s", self.path)
             export(model, self.path)
         opts = ort.SessionOptions()
-        opts.intra_op_num_threads = threads or min(2, os.cpu_count() or 1)
+        opts.intra_op_num_threads = min(2, os.cpu_count() or 1)
         opts.add_session_config_entry("session.intra_op.allow_spinning", "0")  # no busy-waiting between calls
         try:
             self.session = ort.InferenceSession(str(self.path / "model.onnx"), opts, providers=["CPUExecutionProvider"])
