@@ -127,7 +127,7 @@ class OnnxSentenceEncoder:
         for start in range(0, len(texts), batch_size):
             rows = order[start : start + batch_size]
             features = self.model.preprocess([texts[i] for i in rows])
-            feed = {k: features[k].numpy().astype(np.int64) for k in ("input_ids", "attention_mask")}
+            feed = {k: features[k].numpy().astype(np.int64, copy=False) for k in ("input_ids", "attention_mask")}
             vecs = self.session.run(None, feed)[0]
             if out is None:
                 out = np.empty((len(texts), vecs.shape[1]), dtype=np.float32)

@@ -14,7 +14,8 @@ from pathlib import Path
 
 
 class ChatServer:
-    """``/v1/chat/completions`` on 127.0.0.1, answered by ``reply(body) -> (status, content)``; counts requests."""
+    """``/v1/chat/completions`` on 127.0.0.1, answered by ``reply(body) -> (status, content)``; records every request
+    body (with its ``path``)."""
 
     def __init__(self, reply):
         self.reply, self.requests, self.lock = reply, [], threading.Lock()
@@ -30,7 +31,7 @@ class ChatServer:
             def do_POST(self):
                 body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))))
                 with server.lock:
-                    server.requests.append(body)
+                    server.requests.append({"path": self.path, **body})
                 status, content = server.reply(body)
                 choice = {"index": 0, "message": {"role": "assistant", "content": content}, "finish_reason": "stop"}
                 self._send(status, {"choices": [choice]} if status == 200 else {"error": content})
@@ -48,7 +49,7 @@ class ChatServer:
         self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
 
     def __enter__(self) -> ChatServer:
-        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+        threading.Thread(target=self.httpd.serve_forever, args=(0.02,), daemon=True).start()  # quick shutdown
         return self
 
     def __exit__(self, *exc) -> None:

@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import json
 import os
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from evaluate.memsyco import load_memsyco
+from evaluate.memsyco.data import to_instance
 from memory import (
     HashEmbedder,
     IngestError,
@@ -25,7 +27,7 @@ from memory import (
     retrieve,
 )
 from memstate.prompts import policy_messages, responder_messages
-from memstate.schema import Instance, stable_id
+from memstate.schema import Instance
 
 ROOT = Path(__file__).resolve().parents[1]
 MEMSYCO = Path(os.environ.get("MEMSYCO_DATA", ROOT.parent / "shared" / "data" / "memsyco"))
@@ -104,21 +106,9 @@ def test_personamem_contexts_become_sessions(tmp_path):
 
 
 def row_instance(row, ret) -> Instance:
-    """What the lead's ``memstate memory ask`` will build: the row's question over the retrieved memory state."""
-    return Instance(
-        id=stable_id("memsyco-memory", row.id),
-        source="memsyco",
-        task=row.task,
-        perspective="none",
-        question=row.question,
-        options=(),
-        answer=row.evaluation["reference_answer"],
-        answer_kind="free",
-        labels=(),
-        facts=ret.facts,
-        relations=ret.relations,
-        meta={"memsyco_id": row.id, "store_ids": list(ret.store_ids)},
-    )
+    """The row's Instance with the retrieved memory state in place of its gold memory (as ``evaluate
+    --memory-backend`` builds it)."""
+    return replace(to_instance(row), facts=ret.facts, relations=ret.relations)
 
 
 def memsyco_rows(n: int):

@@ -4,55 +4,26 @@ invalid JSON, schema-breaking JSON, invented quotes and errors, in a scripted or
 from __future__ import annotations
 
 import json
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
+from chat_server import ChatServer
 
 from memory import HashEmbedder, LLMExtractor, MemoryStore, Turn, retrieve
 from memory.extract import PROPOSAL_SCHEMA, ExtractorError
 
 
-class ScriptedServer:
-    """Answers ``/v1/chat/completions`` with the next scripted reply: a dict (sent as the message content, JSON),
-    a str (sent as the content verbatim), or an int (that HTTP status, no content). Records every request body."""
+def scripted(replies: list) -> ChatServer:
+    """A chat server answering with the next scripted reply: a dict (sent as the message content, JSON), a str (the
+    content verbatim), or an int (that HTTP status); 500 once the script runs out."""
+    queue = list(replies)
 
-    def __init__(self, replies: list) -> None:
-        self.replies = list(replies)
-        self.requests: list[dict] = []
-        server = self
+    def reply(_body):
+        r = queue.pop(0) if queue else 500
+        if isinstance(r, int):
+            return r, "scripted"
+        return 200, r if isinstance(r, str) else json.dumps(r)
 
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *args):
-                pass
-
-            def do_POST(self):
-                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-                server.requests.append({"path": self.path, **body})
-                reply = server.replies.pop(0) if server.replies else 500
-                if isinstance(reply, int):
-                    payload, status = b'{"error": "scripted"}', reply
-                else:
-                    content = reply if isinstance(reply, str) else json.dumps(reply)
-                    message = {"role": "assistant", "content": content}
-                    payload, status = json.dumps({"choices": [{"index": 0, "message": message}]}).encode(), 200
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(payload)))
-                self.end_headers()
-                self.wfile.write(payload)
-
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.httpd.daemon_threads = True
-        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
-
-    def __enter__(self) -> ScriptedServer:
-        threading.Thread(target=self.httpd.serve_forever, args=(0.02,), daemon=True).start()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.httpd.shutdown()
-        self.httpd.server_close()
+    return ChatServer(reply)
 
 
 TURNS = [
@@ -92,7 +63,7 @@ def store(tmp_path):
 
 
 def test_valid_json_is_committed_with_its_relations(store):
-    with ScriptedServer([VALID]) as server, LLMExtractor(server.url + "/v1", "extractor-model") as ex:
+    with scripted([VALID]) as server, LLMExtractor(server.url + "/v1", "extractor-model") as ex:
         report = store.ingest_session(TURNS, ex, session_id="s1")
     assert report.status == "committed" and report.rejected == ()
     assert report.edges == (("m2", "SUPERSEDES", "m1"),)
@@ -124,7 +95,7 @@ def test_context_reaches_the_prompt_and_existing_ids_are_accepted(store):
         "concepts": [],
         "relations": [{"src": "n1", "type": "SUPERSEDES", "dst": "m2"}],
     }
-    with ScriptedServer([VALID, later]) as server, LLMExtractor(server.url, "m") as ex:
+    with scripted([VALID, later]) as server, LLMExtractor(server.url, "m") as ex:
         store.ingest_session(TURNS, ex)
         report = store.ingest_session([Turn("user", "I'm tired of comedies; thrillers now, please.")], ex)
     assert report.edges == (("m3", "SUPERSEDES", "m2"),)
@@ -144,7 +115,7 @@ def test_context_reaches_the_prompt_and_existing_ids_are_accepted(store):
     ids=["not-json", "missing-field", "bad-kind", "too-many"],
 )
 def test_invalid_replies_are_retried_then_reject_the_session(store, bad):
-    with ScriptedServer([bad, bad, bad]) as server, LLMExtractor(server.url, "m", retries=2, backoff=0) as ex:
+    with scripted([bad, bad, bad]) as server, LLMExtractor(server.url, "m", retries=2, backoff=0) as ex:
         report = store.ingest_session(TURNS, ex)
     assert len(server.requests) == 3
     assert report.status == "rejected" and store.sessions() == [] and len(store) == 0
@@ -154,32 +125,32 @@ def test_invalid_replies_are_retried_then_reject_the_session(store, bad):
 
 def test_a_valid_retry_after_invalid_json_commits(store):
     replies = ["```json\n{oops", 503, "<think>ok</think>```json\n" + json.dumps(VALID) + "\n```"]
-    with ScriptedServer(replies) as server, LLMExtractor(server.url, "m", retries=2, backoff=0) as ex:
+    with scripted(replies) as server, LLMExtractor(server.url, "m", retries=2, backoff=0) as ex:
         report = store.ingest_session(TURNS, ex)
     assert len(server.requests) == 3 and report.status == "committed" and report.facts == 2
 
 
 def test_invented_quote_from_the_llm_rejects_the_session(store):
     invented = {**VALID, "facts": [VALID["facts"][0], {**VALID["facts"][1], "quote": "I adore comedies"}]}
-    with ScriptedServer([invented]) as server, LLMExtractor(server.url, "m") as ex:
+    with scripted([invented]) as server, LLMExtractor(server.url, "m") as ex:
         report = store.ingest_session(TURNS, ex)
     assert report.status == "rejected" and "quote not found verbatim" in report.rejected[0].reason
     assert len(store) == 0 and store.sessions() == []
 
 
 def test_server_errors_raise_after_bounded_retries(store):
-    with ScriptedServer([500, 502, 429]) as server, LLMExtractor(server.url, "m", retries=2, backoff=0) as ex:
+    with scripted([500, 502, 429]) as server, LLMExtractor(server.url, "m", retries=2, backoff=0) as ex:
         with pytest.raises(ExtractorError, match="HTTP 500; attempt 2: HTTP 502; attempt 3: HTTP 429"):
             store.ingest_session(TURNS, ex)
     assert len(server.requests) == 3 and store.sessions() == []
-    with ScriptedServer([400]) as server, LLMExtractor(server.url, "m", backoff=0) as ex:
+    with scripted([400]) as server, LLMExtractor(server.url, "m", backoff=0) as ex:
         with pytest.raises(ExtractorError, match="HTTP 400"):  # a bad request is not retried
             ex.propose(TURNS, [])
     assert len(server.requests) == 1
 
 
 def test_unreachable_server_raises(store):
-    with ScriptedServer([]) as server:
+    with scripted([]) as server:
         url = server.url
     with LLMExtractor(url, "m", retries=1, backoff=0, timeout=2) as ex, pytest.raises(ExtractorError, match="failed"):
         store.ingest_session(TURNS, ex)
