@@ -45,6 +45,6 @@ def ask(
         state = state_api.reasoning_state(payload(question, retrieved.facts, retrieved.relations, options))
         format_ok = state.format_ok
         rules = state.rules
-    messages = responder_request_messages(question, options, retrieved.facts, rules or None)
+    messages = responder_request_messages(question, options, retrieved.facts, retrieved.relations, rules or None)
     (text,) = responder.answer([messages], max_new_tokens=max_new_tokens)
     return Answer(question, None if text is None else text.strip(), rules, format_ok, retrieved)

@@ -10,7 +10,8 @@ from collections.abc import Sequence
 
 from memstate.schema import Fact, Instance, Relation, option_letters
 
-PROMPT_VERSION = "ms-prompts-v1"
+# v2: the responder sees the relational state too (the paper's A(q, F_q, R_q, Z_q)).
+PROMPT_VERSION = "ms-prompts-v2"
 
 Message = dict[str, str]
 
@@ -60,19 +61,27 @@ def _request_block(question: str, candidates: Sequence[str]) -> str:
     return question + (f"\nOptions:\n{options}" if options else "")
 
 
+def _relations_block(facts: Sequence[Fact], relations: Sequence[Relation]) -> str:
+    """``Relations:`` and one edge a line; edges whose ends are not among ``facts`` are left out (facts may have
+    been truncated to a token budget).
+
+    >>> print(_relations_block([Fact("F1", "a", "fact"), Fact("F2", "b", "fact")], [Relation("F2", "SUPERSEDES", "F1"),
+    ...     Relation("F3", "SUPERSEDES", "F1")]))
+    Relations:
+    F2 SUPERSEDES F1
+    """
+    kept = {f.id for f in facts}
+    lines = [format_relation(r) for r in relations if r.src in kept and r.dst in kept]
+    return "Relations:\n" + ("\n".join(lines) or "(none)")
+
+
 def policy_request_messages(
     question: str, candidates: Sequence[str], facts: Sequence[Fact], relations: Sequence[Relation]
 ) -> list[Message]:
-    """The policy's chat prompt for a bare request (what the serve API receives): request, facts, relational state.
-
-    Relations whose ends are not among ``facts`` are left out (facts may have been truncated to a token budget).
-    """
-    kept = {f.id for f in facts}
-    relations = [r for r in relations if r.src in kept and r.dst in kept]
+    """The policy's chat prompt for a bare request (what the serve API receives): request, facts, relational state."""
     user = (
         f"Request:\n{_request_block(question, candidates)}\n\n"
-        "Memories:\n" + "\n".join(format_fact(f) for f in facts) + "\n\n"
-        "Relations:\n" + ("\n".join(format_relation(r) for r in relations) or "(none)") + "\n\n"
+        "Memories:\n" + "\n".join(format_fact(f) for f in facts) + "\n\n" + _relations_block(facts, relations) + "\n\n"
         "Write 2 to 4 rules, each on its own line starting with '- ', about how to use these memories. "
         "Do not state the answer."
     )
@@ -119,15 +128,21 @@ def fit_policy_prompt(
 
 
 def responder_request_messages(
-    question: str, candidates: Sequence[str], facts: Sequence[Fact], rules: Sequence[str] | None = None
+    question: str,
+    candidates: Sequence[str],
+    facts: Sequence[Fact],
+    relations: Sequence[Relation] = (),
+    rules: Sequence[str] | None = None,
 ) -> list[Message]:
-    """The responder's prompt for a bare request (what the memory pipeline asks), with or without a state.
+    """The responder's prompt for a bare request (what the memory pipeline asks), with or without a state: the
+    paper's A(q, F_q, R_q[, Z_q]) — memories, their relational state, the request, then the rules.
 
     The rules go after everything shared, so every candidate prompt of one instance shares its whole prefix
     with the others and with the baseline prompt (prefix caching in vLLM).
     """
     parts = [
         "Memories:\n" + "\n".join(format_fact(f) for f in facts),
+        _relations_block(facts, relations),
         f"Request:\n{_request_block(question, candidates)}",
     ]
     if rules:
@@ -138,4 +153,4 @@ def responder_request_messages(
 
 def responder_messages(instance: Instance, rules: tuple[str, ...] | None = None) -> list[Message]:
     """The responder's prompt for an instance (its closed answer set as lettered options), with or without rules."""
-    return responder_request_messages(instance.question, instance.candidates, instance.facts, rules)
+    return responder_request_messages(instance.question, instance.candidates, instance.facts, instance.relations, rules)
