@@ -32,6 +32,7 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram, generate_latest
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr
 
+from memstate.leak import leak_reason
 from memstate.prompts import PROMPT_VERSION, fit_policy_prompt, policy_request_messages
 from memstate.rules import FormatError, parse_state
 from memstate.schema import FACT_KINDS, RELATION_TYPES, SCOPES, Fact, Relation
@@ -112,6 +113,10 @@ class ReasoningStateResponse(BaseModel):
     text: str = Field(description="The policy's last reply, verbatim.")
     format_ok: bool
     format_error: str | None = Field(description="Why the last reply is not a reasoning state (format_ok false).")
+    names_option: str | None = Field(
+        description="Why the rules name one of the request's options (letter, position or text; the leak gate of "
+        "training and evaluation), or null. Reported, not enforced: the caller decides whether to use such rules."
+    )
     attempts: int = Field(description="Policy calls made (1 + format retries used).")
     facts_truncated: int = Field(description="Facts left out of the prompt to fit the token budget.")
     model: str
@@ -320,6 +325,9 @@ def create_app(config: ApiConfig, *, policy_transport: httpx.AsyncBaseTransport 
     format_failures = Counter("memstate_api_format_failures", "Policy replies that failed the format",
                               registry=registry)  # fmt: skip
     unusable = Counter("memstate_api_states_unusable", "Requests answered with format_ok false", registry=registry)
+    naming = Counter(
+        "memstate_api_states_naming_an_option", "States that name one of the request's options", registry=registry
+    )
     truncated = Counter("memstate_api_facts_truncated", "Facts left out to fit the prompt budget", registry=registry)
 
     @asynccontextmanager
@@ -391,6 +399,9 @@ def create_app(config: ApiConfig, *, policy_transport: httpx.AsyncBaseTransport 
         ok = not isinstance(state, FormatError)
         if not ok:
             unusable.inc()
+        names = leak_reason(state.text, body.options, "choice") if ok and body.options else None
+        if names:
+            naming.inc()
         seconds = time.perf_counter() - started
         latency.observe(seconds)
         return ReasoningStateResponse(
@@ -398,6 +409,7 @@ def create_app(config: ApiConfig, *, policy_transport: httpx.AsyncBaseTransport 
             text=text,
             format_ok=ok,
             format_error=None if ok else state.reason,
+            names_option=names,
             attempts=attempts,
             facts_truncated=dropped,
             model=policy.model or "",

@@ -93,9 +93,19 @@ def test_valid_request_gets_the_training_prompt_and_a_parsed_state():
     assert body["format_ok"] and body["format_error"] is None and body["attempts"] == 1
     assert body["model"] == "policy-7" and body["prompt_version"] == PROMPT_VERSION
     assert body["text"] == GOOD and body["facts_truncated"] == 0 and body["latency_ms"] > 0
+    assert body["names_option"] is None
     (chat,) = policy.chats
     assert chat["messages"] == policy_messages(INSTANCE)  # byte for byte the prompt the policy was trained on
     assert chat["model"] == "policy-7" and chat["temperature"] == 0.3 and chat["max_tokens"] == 512
+
+
+def test_a_state_naming_an_option_is_reported_by_the_training_leak_gate():
+    policy = ScriptedPolicy("- Prefer F2 over F1.\n- Say Oslo.")
+    with client(policy) as api:
+        body = post(api, payload()).json()
+        metrics = api.get("/metrics").text
+    assert body["format_ok"] and body["names_option"] == "names an option's text: 'Oslo'"
+    assert "memstate_api_states_naming_an_option_total 1.0" in metrics
 
 
 def test_a_reply_failing_the_format_is_retried_once():
