@@ -57,7 +57,8 @@ class HTTPStats:
 
 
 class OpenAIResponder:
-    """A ``Responder`` reached over HTTP. ``name`` identifies the weights in cache keys (default: ``model``)."""
+    """A ``Responder`` reached over HTTP. ``name`` labels it (default: ``model``); ``identity`` (cache keys) is the
+    name and chat-template options, plus the ``root`` the server reports for ``model`` once ``check_health`` ran."""
 
     def __init__(
         self,
@@ -81,6 +82,7 @@ class OpenAIResponder:
         self.backoff = backoff
         # Qwen3 responders answer directly; templates without the flag ignore it.
         self.chat_template_kwargs = {"enable_thinking": False} if chat_template_kwargs is None else chat_template_kwargs
+        self.identity = self._identity(None)
         self.stats = HTTPStats()
         self._headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self._concurrency = concurrency
@@ -113,9 +115,16 @@ class OpenAIResponder:
             models = self._run(self._request("GET", "/v1/models", None, retry=False))
         except _GaveUp as e:
             raise ResponderUnavailable(f"responder at {self.base_url} is unreachable: {e}") from None
-        served = [m.get("id") for m in models.get("data", []) if isinstance(m, dict)]
+        entries = [m for m in models.get("data", []) if isinstance(m, dict)]
+        served = [m.get("id") for m in entries]
         if self.model not in served:
             raise ResponderUnavailable(f"responder at {self.base_url} serves {served}, not {self.model!r}")
+        # vLLM's ``root``: the path or hub id the served weights were loaded from (not the URL, which may move).
+        self.identity = self._identity(entries[served.index(self.model)].get("root"))
+
+    def _identity(self, root: str | None) -> str:
+        template = json.dumps(self.chat_template_kwargs, sort_keys=True)
+        return f"{self.name}|{template}" + (f"|root={root}" if root else "")
 
     # ---- requests -----------------------------------------------------------------------------------------------
 

@@ -7,13 +7,16 @@ protocol for a ``vllm serve`` of the responder.
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import NamedTuple, Protocol
 
 import torch
 import transformers.integrations.deepspeed as hf_deepspeed
 from transformers import AutoModelForCausalLM, AutoTokenizer
+from transformers.utils import cached_file
 
 from memstate.prompts import Message
 
@@ -26,10 +29,13 @@ class ContinuationLogprob(NamedTuple):
 
 
 class Responder(Protocol):
-    """``name`` identifies the weights (it keys the baseline cache). A result is ``None`` for a prompt the
-    responder could not answer (an HTTP backend after its retry budget); the in-process backend never returns it."""
+    """``name`` is a readable label (logs, reports). ``identity`` says which weights, precision and serving answer:
+    it is part of the baseline cache key, so two responders with the same identity must score the same request the
+    same, and anything that changes the scores must change it. A result is ``None`` for a prompt the responder
+    could not answer (an HTTP backend after its retry budget); the in-process backend never returns it."""
 
     name: str
+    identity: str
 
     def answer(self, prompts: list[list[Message]], max_new_tokens: int = 32) -> list[str | None]:
         """Greedy (temperature 0) answers to chat prompts."""
@@ -59,6 +65,28 @@ def outside_zero3() -> Iterator[None]:
         hf_deepspeed._hf_deepspeed_config_weak_ref = saved
 
 
+_READ_LIMIT = 16 * 2**20  # files up to this size are hashed by content; larger ones (weights) by size and mtime
+
+
+def model_fingerprint(model_dir: str | Path) -> str:
+    """A cheap fingerprint of a model directory: the revision of a Hugging Face cache snapshot
+    (``.../snapshots/<sha>/``), else a sha256 of the small files (config, tokenizer, chat template) and of the
+    large files' names, sizes and mtimes — multi-GB weights are never read.
+
+    >>> model_fingerprint("/hf/hub/models--org--m/snapshots/0123abcd")
+    'rev:0123abcd'
+    """
+    model_dir = Path(model_dir)
+    if model_dir.parent.name == "snapshots":
+        return f"rev:{model_dir.name}"
+    digest = hashlib.sha256()
+    for path in sorted(p for p in model_dir.iterdir() if p.is_file()):
+        stat = path.stat()
+        body = path.read_bytes() if stat.st_size <= _READ_LIMIT else f"{stat.st_size}:{stat.st_mtime_ns}".encode()
+        digest.update(f"{path.name}\0{len(body)}\0".encode() + body)
+    return "sha256:" + digest.hexdigest()[:16]
+
+
 class TransformersResponder:
     """In-process responder for CPU tests and tiny runs: batched forward passes, no decoding for scoring."""
 
@@ -69,6 +97,9 @@ class TransformersResponder:
         with outside_zero3():
             self.model = AutoModelForCausalLM.from_pretrained(model_path, dtype=getattr(torch, dtype)).to(device)
         self.model.eval()
+        # A hub id resolves to its local snapshot (just downloaded by from_pretrained), a local path to itself.
+        model_dir = Path(cached_file(model_path, "config.json")).parent
+        self.identity = f"{model_path}|{dtype}|{model_fingerprint(model_dir)}"
         self.batch_size = batch_size
         self.device = device
         self.forward_passes = 0

@@ -3,7 +3,8 @@
     R_i = Score(A(q, M_q, Z_i), y*) − Score(A(q, M_q), y*)
 
 The dataset rows carry the Instance fields as columns; TRL passes them to the reward function as lists.
-Order of work per call: gates (no responder call for a gated state) → baselines (cache first) → one responder
+Order of work per call: gates (no responder call for a gated state) → baselines (cache first, keyed by a hash of
+the exact no-state request and the responder's identity, not by instance id: see reward.cache) → one responder
 prompt per distinct (instance, state) → gains. A completion whose state or baseline the responder could not
 score gets ``None``, which TRL leaves out of the advantage; training goes on and the count is logged.
 """
@@ -13,12 +14,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 
-from memstate.prompts import PROMPT_VERSION
+from memstate.leak import leaks_answer
 from memstate.responder import Responder
 from memstate.rules import FormatError, parse_state
 from memstate.schema import Instance
-from reward.cache import BaselineCache, CacheKey
-from reward.gates import leaks_answer
+from reward.cache import BaselineCache, CacheKey, baseline_key
 from reward.judge import MODES, Judgement, judge
 
 INSTANCE_FIELDS = tuple(f.name for f in fields(Instance))
@@ -71,20 +71,21 @@ class CounterfactualGainReward:
         self.unscorable = 0  # completions rewarded None
 
     def _key(self, instance: Instance) -> CacheKey:
-        return (instance.id, self.responder.name, PROMPT_VERSION, self.config.mode)
+        # The exact request and the responder's identity, not the instance id: ids survive dataset rebuilds.
+        return baseline_key(instance, self.config.mode, self.responder.identity)
 
     def baselines(self, instances: list[Instance]) -> dict[str, Judgement]:
         """No-state judgements per instance id (cache first); an instance the responder failed on is absent."""
-        unique = list({inst.id: inst for inst in instances}.values())
-        cached = self.cache.get_many([self._key(i) for i in unique])
-        out = {key[0]: j for key, j in cached.items()}
-        todo = [i for i in unique if i.id not in out]
+        keys = {inst.id: (inst, self._key(inst)) for inst in instances}
+        cached = self.cache.get_many([key for _, key in keys.values()])
+        out = {key.instance_id: j for key, j in cached.items()}
+        todo = [(inst, key) for inst, key in keys.values() if inst.id not in out]
         if todo:
             self.responder_prompts += len(todo)
-            fresh = judge(self.responder, todo, [None] * len(todo), self.config.mode)
-            scored = {self._key(i): j for i, j in zip(todo, fresh, strict=True) if j is not None}
+            fresh = judge(self.responder, [inst for inst, _ in todo], [None] * len(todo), self.config.mode)
+            scored = {key: j for (_, key), j in zip(todo, fresh, strict=True) if j is not None}
             self.cache.put_many(scored)  # failures are not cached: they are retried next time
-            out |= {key[0]: j for key, j in scored.items()}
+            out |= {key.instance_id: j for key, j in scored.items()}
         return out
 
     def __call__(

@@ -1,7 +1,9 @@
 """``memstate reward precompute-baselines``: fill the SQLite baseline cache ahead of training.
 
 Every no-state Score(A(q, M_q), y*) of a split is computed once, in batches, and stored; training then only
-scores candidate states. Instances already cached are skipped, so an interrupted run resumes where it stopped.
+scores candidate states. An instance whose exact request (messages, continuations, mode, responder identity: see
+``reward.cache.baseline_key``) is already cached is skipped, whichever dataset build cached it, so an interrupted run
+resumes where it stopped and a rebuilt dataset only rescores the prompts that changed.
 """
 
 from __future__ import annotations

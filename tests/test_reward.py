@@ -1,11 +1,10 @@
 import pytest
 
-from memstate.prompts import PROMPT_VERSION
+from memstate.leak import leaks_answer
 from memstate.responder import TransformersResponder
 from memstate.rules import parse_state
-from reward.cache import BaselineCache
+from reward.cache import BaselineCache, baseline_key
 from reward.counterfactual import CounterfactualGainReward, RewardConfig
-from reward.gates import leaks_answer
 from reward.judge import exact_judgements, likelihood_judgements
 
 GOOD = "- Weigh the evidence in {ev} against the user's claim in {user}.\n- Answer from the evidence facts only."
@@ -16,7 +15,7 @@ class CountingResponder:
 
     def __init__(self, inner):
         self.inner = inner
-        self.name = inner.name
+        self.name, self.identity = inner.name, inner.identity
         self.prompts = []
 
     def answer(self, prompts, max_new_tokens=32):
@@ -82,7 +81,7 @@ def test_dedup_and_baseline_cache(responder, fever_train):
     reward(prompts=[None], completions=[state + "\n- Check F1."], log_metric=metrics.__setitem__, **columns([inst]))
     assert len(counting.prompts) == 3  # baseline came from the cache
     assert metrics["memstate/cache_hits"] == 1.0
-    assert cache.get_many([(inst.id, responder.name, PROMPT_VERSION, "likelihood")])
+    assert cache.get_many([baseline_key(inst, "likelihood", responder.identity)])
 
 
 def test_metrics_are_logged(responder, fever_train):
@@ -178,7 +177,7 @@ def test_sqlite_cache_survives_a_process_restart(tiny_models, fever_data, tmp_pa
         "Rules for using the memories" in p[1]["content"] for p in counting.prompts
     )
     fresh = likelihood_judgements(inner, test[:2], [None, None])
-    cached = cache.get_many([(i.id, inner.name, PROMPT_VERSION, "likelihood") for i in test[:2]])
+    cached = cache.get_many([baseline_key(i, "likelihood", inner.identity) for i in test[:2]])
     assert sorted(j.score for j in cached.values()) == pytest.approx(sorted(j.score for j in fresh), abs=1e-6)
 
 
