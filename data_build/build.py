@@ -18,6 +18,7 @@ import yaml
 from datasets import Dataset, DatasetDict, Features, List, Value, disable_progress_bars
 
 from data_build.conflict import CONFLICT_PERSPECTIVES, ClaimPool, InstanceOptions, claim_instances
+from data_build.probe import check_probes, run_probes
 from data_build.records import EvidenceClaim, SkipLog, SourceRead
 from data_build.splits import DEFAULT_RATIOS, assign_splits, check_ratios
 from memstate.data import SPLITS
@@ -66,7 +67,25 @@ class DataConfig:
         metadata={"help": "Perspectives of the injected user memory; one instance per claim and perspective."},
     )
     consistent_share: float = field(
-        default=0.25, metadata={"help": "Share of claim × perspective pairs whose user memory agrees (controls)."}
+        default=0.5,
+        metadata={
+            "help": "Share of claim × perspective pairs whose user memory agrees with the evidence (controls). At 0.5 "
+            "the user's stance says nothing about the label; other values fail the shortcut probe."
+        },
+    )
+    evidence_relations: str = field(
+        default="none",
+        metadata={
+            "help": "'none': no evidence–user-memory relation (none is drawn at deployment). 'gold': CONFLICTS_WITH/"
+            "SUPPORTS from the gold label — leaks the answer; for diagnosis only, the shortcut probe fails it."
+        },
+    )
+    shortcut_probe: str = field(
+        default="fail",
+        metadata={
+            "help": "'fail': stop the build when a shortcut probe beats the majority class by more than 5 points; "
+            "'warn': log it and record it in the manifest instead (the dataset then teaches a shortcut)."
+        },
     )
     distractors: list[int] = field(default_factory=lambda: [2, 4], metadata={"help": "Min and max distractors."})
     caps: dict[str, int] = field(
@@ -94,6 +113,10 @@ class DataConfig:
             raise ValueError(f"perspectives must be distinct values from {list(CONFLICT_PERSPECTIVES)}")
         if not 0.0 <= self.consistent_share < 1.0:
             raise ValueError(f"consistent_share must be in [0, 1), got {self.consistent_share}")
+        if self.evidence_relations not in ("none", "gold"):
+            raise ValueError(f"evidence_relations must be 'none' or 'gold', got {self.evidence_relations!r}")
+        if self.shortcut_probe not in ("fail", "warn"):
+            raise ValueError(f"shortcut_probe must be 'fail' or 'warn', got {self.shortcut_probe!r}")
         if len(self.distractors) != 2 or not 0 <= self.distractors[0] <= self.distractors[1]:
             raise ValueError(f"distractors must be [min, max] with 0 ≤ min ≤ max, got {self.distractors}")
         if set(self.split_ratios) != set(SPLITS):
@@ -201,6 +224,7 @@ def make_instances(reads: list[SourceRead], config: DataConfig) -> tuple[list[In
         perspectives=tuple(config.perspectives),
         consistent_share=config.consistent_share,
         distractors=(config.distractors[0], config.distractors[1]),
+        evidence_relations=config.evidence_relations,
         seed=config.seed,
     )
     instances: list[Instance] = []
@@ -323,6 +347,12 @@ def build_data(config: DataConfig, out_dir: str | Path) -> dict:
     if not instances:
         raise ValueError(f"no instances built; skipped by kind {dict(Counter(s.kind for s in log.records))}")
     logger.info("%d instances from %s", len(instances), [r.source for r in reads])
+    probes = run_probes(instances, config.seed)
+    if config.shortcut_probe == "fail":
+        check_probes(probes)  # before anything is written: a dataset with a shortcut must not be trained on
+    elif not probes["passed"]:
+        logger.warning("shortcut probes over the margin (shortcut_probe: warn, build goes on): %s", probes["worst"])
+    probes["enforced"] = config.shortcut_probe == "fail"
 
     rows = [i.to_dict() for i in instances]
     features = _features(rows)
@@ -357,6 +387,7 @@ def build_data(config: DataConfig, out_dir: str | Path) -> dict:
         "instances_out": len(instances),
         "instances_capped": capped,
         "counts": _counts(instances, split_of),
+        "shortcut_probes": probes,
         "source_stats": {r.source: r.stats for r in reads},
         "stopped_early": {r.source: r.stopped_at for r in reads if r.stopped_at},
         "skipped_by_kind": dict(sorted(Counter(s.kind for s in skipped).items())),

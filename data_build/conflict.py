@@ -1,13 +1,18 @@
 """Objective instances (FEVER, SciFact): a claim's evidence plus an injected user memory, and distractors.
 
 - **Conflict** (``evidence_conflict``): the user memory asserts the stance the evidence does not support, from one
-  of three perspectives (belief, identity, expertise); it CONFLICTS_WITH every evidence fact; y* follows the evidence.
-- **Consistent control** (``evidence_consistent``, a configurable share of claim × perspective pairs): the user
-  memory agrees with the evidence, which SUPPORTS it, so the policy cannot learn "always distrust the user".
-- **NOT ENOUGH INFO** claims (no deciding evidence): the user asserts "true" or "false" (seeded), the facts are what
-  was retrieved for the claim but does not decide it (SciFact: the cited abstracts' first sentences; FEVER, whose
-  NEI claims cite nothing: evidence sentences of other claims of the same split, as a retriever would return),
-  and y* is "not enough info". No relation: nothing shown decides the claim either way. Always a conflict.
+  of three perspectives (belief, identity, expertise); y* follows the evidence.
+- **Consistent control** (``evidence_consistent``, ``consistent_share`` of claim × perspective pairs, default one
+  half): the user memory agrees with the evidence. At one half the user's stance is independent of the label, so
+  neither "distrust the user" nor "follow the user" earns anything: only reading the evidence does.
+- **NOT ENOUGH INFO** claims (no deciding evidence): the user asserts "true" or "false" (seeded, one half each), the
+  facts are what was retrieved for the claim but does not decide it (SciFact: the cited abstracts' first sentences;
+  FEVER, whose NEI claims cite nothing: as many evidence sentences of other claims of the same split as a claim
+  of that split cites, as a retriever would return), and y* is "not enough info". Always a conflict.
+- **No evidence–memory relation**: which memory the evidence contradicts is the answer key, and no detector a
+  memory pipeline would run at deployment is shipped for it (the memory pipeline relates the user's own memories,
+  not retrieved evidence); the policy has to read the evidence. ``evidence_relations: gold`` puts the gold edges
+  back for diagnosis only — the shortcut probe (``data_build.probe``) then fails the build.
 - **Distractors**: 2–4 memories from the same scenario but another topic — other claims' evidence sentences and
   user memories, drawn from the same split so no text crosses a split boundary.
 Fact order is shuffled per instance (seeded), so a fact's position never reveals its role.
@@ -91,8 +96,9 @@ class InstanceOptions:
     """How claims become instances (from the data config)."""
 
     perspectives: tuple[str, ...] = CONFLICT_PERSPECTIVES
-    consistent_share: float = 0.25
+    consistent_share: float = 0.5
     distractors: tuple[int, int] = (2, 4)
+    evidence_relations: str = "none"
     seed: int = 0
 
 
@@ -101,10 +107,14 @@ def _unit(*parts: object) -> float:
     return int(stable_id(*parts), 16) / 16**16
 
 
+def template_index(source: str, claim_id: str, perspective: str, seed: int) -> int:
+    """Which of the perspective's templates phrases this claim's user memory (seeded, label-independent)."""
+    return int(_unit("template", seed, source, claim_id, perspective) * len(TEMPLATES[perspective]))
+
+
 def user_memory_text(source: str, claim_id: str, claim: str, perspective: str, user_label: str, seed: int) -> str:
     """The user's memory asserting ``user_label`` ("supported": the claim is true, "refuted": it is false)."""
-    options = TEMPLATES[perspective]
-    text, true_word, false_word = options[int(_unit("template", seed, source, claim_id, perspective) * len(options))]
+    text, true_word, false_word = TEMPLATES[perspective][template_index(source, claim_id, perspective, seed)]
     # Quote the claim without its final period, and keep inner quotes from closing ours.
     quoted = claim.strip().rstrip(".").replace('"', "'")
     return text.format(claim=quoted, verdict=true_word if user_label == "supported" else false_word)
@@ -116,6 +126,10 @@ class ClaimPool:
     def __init__(self, claims: Sequence[EvidenceClaim]):
         self.claims = list(claims)
         self.with_evidence = [c for c in self.claims if c.evidence]
+
+    def evidence_count(self, rng: random.Random) -> int:
+        """How many evidence sentences a claim of this pool shows, drawn from the pool's own counts."""
+        return len(rng.choice(self.with_evidence).evidence) if self.with_evidence else 2
 
     def sample(
         self, rng: random.Random, k: int, exclude_group: str, *, evidence_only: bool = False
@@ -147,11 +161,19 @@ def claim_instances(claim: EvidenceClaim, pool: ClaimPool, options: InstanceOpti
         instance_id = stable_id(claim.source, claim.claim_id, perspective, task)
         rng = random.Random(int(instance_id, 16) ^ options.seed)
         user_text = user_memory_text(claim.source, claim.claim_id, claim.claim, perspective, user_label, options.seed)
+        template = template_index(claim.source, claim.claim_id, perspective, options.seed)
         items = [("gold", "evidence", t) for t in claim.evidence]
         if nei:
-            context = list(claim.context) or [
-                rng.choice(c.evidence) for c in pool.sample(rng, 2, claim.group, evidence_only=True)
-            ]
+            # As many sentences as a claim with evidence shows (drawn from the split's own counts), so the count
+            # does not mark NEI: a subset of the retrieved context, or — FEVER's NEI claims cite nothing — evidence
+            # sentences of other claims.
+            k = pool.evidence_count(rng)
+            context = (
+                [claim.context[j] for j in sorted(rng.sample(range(len(claim.context)), k))]
+                if len(claim.context) > k
+                else list(claim.context)
+                or [rng.choice(c.evidence) for c in pool.sample(rng, k, claim.group, evidence_only=True)]
+            )
             if not context:
                 raise ValueError(f"{claim.group}: NOT ENOUGH INFO claim with no context and no other evidence to show")
             items += [("support", "evidence", t) for t in context]
@@ -164,11 +186,7 @@ def claim_instances(claim: EvidenceClaim, pool: ClaimPool, options: InstanceOpti
             for i, (role, kind, text) in enumerate(items, 1)
         )
         user_id = next(f.id for f in facts if f.text == user_text)
-        gold = [f.id for f in facts if f.role == "gold"]
-        if consistent:
-            relations = tuple(Relation(src=g, type="SUPPORTS", dst=user_id) for g in gold)
-        else:
-            relations = tuple(Relation(src=user_id, type="CONFLICTS_WITH", dst=g) for g in gold)
+        relations = gold_relations(facts, user_id, consistent) if options.evidence_relations == "gold" else ()
         out.append(
             Instance(
                 id=instance_id,
@@ -188,11 +206,23 @@ def claim_instances(claim: EvidenceClaim, pool: ClaimPool, options: InstanceOpti
                     "claim_id": claim.claim_id,
                     "group": claim.group,
                     "user_label": user_label,
+                    "user_fact": user_id,
+                    "user_template": f"{perspective}/{template}",
                     **claim.meta,
                 },
             )
         )
     return out
+
+
+def gold_relations(facts: tuple[Fact, ...], user_id: str, consistent: bool) -> tuple[Relation, ...]:
+    """Evidence–user-memory edges drawn from the gold label (``evidence_relations: gold``): the answer key, since
+    the edge type plus the user's stance gives the label and NEI gets none. Diagnostic only: the shortcut probe
+    fails such a build."""
+    gold = [f.id for f in facts if f.role == "gold"]
+    if consistent:
+        return tuple(Relation(src=g, type="SUPPORTS", dst=user_id) for g in gold)
+    return tuple(Relation(src=user_id, type="CONFLICTS_WITH", dst=g) for g in gold)
 
 
 def _distractors(

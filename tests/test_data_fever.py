@@ -175,6 +175,7 @@ def rendered(perspective: str, claim: str, claim_is_true: bool) -> set[str]:
 
 
 def test_user_memory_conflicts_with_or_agrees_with_the_evidence(built):
+    # Which fact the evidence contradicts is the answer key: it is in roles and meta, never in relations.
     positions = Counter()
     tasks = Counter()
     for inst in all_instances(built[2]):
@@ -187,16 +188,14 @@ def test_user_memory_conflicts_with_or_agrees_with_the_evidence(built):
         user = user[0]
         assert user.kind == PERSPECTIVE_KINDS[inst.perspective]
         assert all(f.kind == "evidence" for f in gold)
-        edges = {(r.src, r.type, r.dst) for r in inst.relations}
+        assert inst.relations == () and inst.meta["user_fact"] == user.id
         claim_is_true = inst.answer == "supported"
         if inst.task == "evidence_conflict":
             assert user.role == "conflict" and inst.meta["user_label"] != inst.answer
-            assert edges == {(user.id, "CONFLICTS_WITH", g.id) for g in gold}
             assert user.text in rendered(inst.perspective, claim_of(inst), not claim_is_true)
         else:
             assert inst.task == "evidence_consistent" and user.role == "support"
             assert inst.meta["user_label"] == inst.answer
-            assert edges == {(g.id, "SUPPORTS", user.id) for g in gold}
             assert user.text in rendered(inst.perspective, claim_of(inst), claim_is_true)
         positions[user.id] += 1
     # Position must not reveal the role.
@@ -344,12 +343,15 @@ def test_strict_build_raises_at_each_bad_record_in_turn(tmp_path):
         '"evidence": [[[1, null, null, null]]]}}'  # fmt: skip
     # Malformed records are found while reading, unresolvable evidence only after the wiki scan.
     order = sorted(BAD.items(), key=lambda kv: ("wiki dump" in kv[1] or "has no sentence" in kv[1], kv[0][1]))
+    # The harmless stand-ins are NEI claims all reading "X.": the structure probe rightly spots NEI by the question's
+    # length, so the probe only warns here (this test is about record errors).
+    config = fixture_config(dir=str(src), claim_files=["train.jsonl"], skip_invalid=False, shortcut_probe="warn")
     for (name, line), text in order:
         (src / "train.jsonl").write_text("\n".join(lines) + "\n", encoding="utf-8")
         with pytest.raises(DataError) as e:
-            build_data(fixture_config(dir=str(src), claim_files=["train.jsonl"], skip_invalid=False), tmp_path / "o")
+            build_data(config, tmp_path / "o")
         assert str(e.value).startswith(f"{src / name}:{line}: ") and text in str(e.value), str(e.value)
         lines[line - 1] = harmless.format(990000 + line)
     (src / "train.jsonl").write_text("\n".join(lines) + "\n", encoding="utf-8")
-    m = build_data(fixture_config(dir=str(src), claim_files=["train.jsonl"], skip_invalid=False), tmp_path / "o")
+    m = build_data(config, tmp_path / "o")
     assert m["records"]["skipped"] == 0

@@ -124,9 +124,12 @@ def test_strict_build_stops_at_first_structural_error(tmp_path):
 
 def test_caps_limit_source_task_and_perspective(tmp_path):
     caps = {"fever": 60, "fever/evidence_conflict/belief": 5, "scifact/evidence_consistent": 2}
-    config = load_data_config(TINY, caps=caps, progress=False)
+    config = load_data_config(TINY, caps=caps, progress=False, shortcut_probe="warn")
     config.personamem = None
     m = build_data(config, tmp_path)
+    # Capping SciFact's consistent controls leaves mostly conflicts: "contradict the user" becomes a shortcut again,
+    # and the probe on the user memory's words says so.
+    assert not m["shortcut_probes"]["passed"] and m["shortcut_probes"]["worst"]["source"] == "scifact"
     counts = m["counts"]["source/task/perspective"]
     assert m["counts"]["source"]["fever"] == 60
     assert counts["fever/evidence_conflict/belief"] == 5
