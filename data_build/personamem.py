@@ -43,6 +43,12 @@ they can form no cycle. A later restatement of the same taste also fires (the la
 one either way); two unrelated preferences rarely reach 0.5 with MiniLM. ``stats["supersedes_edges"]`` and
 ``stats["instances_with_supersedes"]`` count how often it fires.
 
+Superseded options (``meta["superseded_options"]``, ``superseded_options``): the wrong option letters whose text is
+closer (cosine, same embedder) to an ``outdated`` fact of the instance than to any other fact of it, and at least
+``SUPERSEDED_OPTION_FLOOR`` (0.3) close to it: the answers that follow a preference the user has since replaced, so the
+evaluation can tell that mistake from any other. Empty without an outdated fact. ``stats["superseded_options"]``
+and ``stats["instances_with_superseded_options"]`` count them.
+
 Task mapping: ``TASK_BY_QUESTION_TYPE`` (the released 32k file also uses older names for some types; they map to
 the same tasks). Split group key: the shared context (``meta["group"]``), so no history appears in two splits.
 
@@ -118,6 +124,14 @@ TASK_BY_QUESTION_TYPE = {
 }
 MESSAGE_ROLES = ("system", "user", "assistant")
 SUPERSEDE_THRESHOLD = 0.5
+# A wrong option nearer an outdated fact than any other fact picks the superseded preference only if it is at least
+# this near (cosine) to it: the "nearer than the current one" test tells old from new on the same topic (the two are
+# >= SUPERSEDE_THRESHOLD apart by construction); the floor drops options about nothing in the facts, whose nearest
+# fact is noise. MiniLM scores unrelated sentences about 0-0.2; in the fixtures, options echoing an outdated
+# preference score 0.31-0.67 against it ("the scarier the better!" vs "I love horror films — the scarier the
+# better": 0.31; an option is an assistant's reply, not a user's statement, so it sits below the 0.5 of two user
+# statements on one topic), options about nothing in the facts 0.19-0.20 ("Because your phone broke").
+SUPERSEDED_OPTION_FLOOR = 0.3
 # Well-formed but unusable: the history before end_index holds no user turn, so there is nothing to remember.
 # Not structural, so it never stops a strict build. (A candidate for data_build.records.)
 EMBED_BATCH = 128
@@ -493,10 +507,41 @@ def supersede_edges(
     return sorted(edges)
 
 
+def superseded_options(
+    option_vecs: np.ndarray,
+    answer: str,
+    fact_vecs: np.ndarray,
+    outdated: Sequence[bool],
+    floor: float = SUPERSEDED_OPTION_FLOOR,
+) -> list[str]:
+    """Letters of the wrong options closest to an outdated fact rather than to any other fact, and ≥ ``floor`` to it.
+
+    >>> facts = np.array([[1, 0, 0], [0, 1, 0], [0, 0, 1]], dtype=np.float32)   # F1 outdated by F2; F3 unrelated
+    >>> opts = np.array([[0, 1, 0], [0.9, 0.44, 0], [0.6, 0.8, 0], [0.3, 0, 0.95]], dtype=np.float32)
+    >>> superseded_options(opts, "A", facts, [True, False, False])   # C is nearer F2, D too far from F1
+    ['B']
+    >>> superseded_options(opts, "B", facts, [True, False, False]), superseded_options(opts, "A", facts, [False] * 3)
+    ([], [])
+    """
+    old = np.asarray(outdated, dtype=bool)
+    if not old.any():
+        return []
+    sims = option_vecs @ fact_vecs.T  # options × facts
+    to_old = sims[:, old].max(axis=1)
+    to_other = sims[:, ~old].max(axis=1) if (~old).any() else np.full(len(option_vecs), -np.inf)
+    letters = option_letters(len(option_vecs))
+    return [
+        letter
+        for letter, o, c in zip(letters, to_old, to_other, strict=True)
+        if letter != answer and o >= floor and o > c
+    ]
+
+
 def build_instance(
     row: QuestionRow,
     ctx: Context,
     question_vec: np.ndarray,
+    option_vecs: np.ndarray,
     *,
     source_file: str,
     max_facts: int,
@@ -540,6 +585,7 @@ def build_instance(
         for k in positions
     )
     relations = tuple(Relation(fid[kept[src]], "SUPERSEDES", fid[kept[dst]]) for src, dst in edges)
+    stale = superseded_options(option_vecs, row.answer, ctx.vectors[positions], [k in outdated for k in positions])
     return Instance(
         id=row.instance_id,
         source=SOURCE,
@@ -562,6 +608,7 @@ def build_instance(
             "shared_context_id": row.context_id,
             "end_index": row.end_index,
             "group": f"{SOURCE}:{row.context_id}",
+            "superseded_options": stale,
         },
     )
 
@@ -665,24 +712,31 @@ def read_personamem(
 
     rows_ok = _resolve(rows, contexts, q_file, log)
     embedder = embedder if embedder is not None else default_embedder()
-    # One encode call for every user turn of the used contexts and every question: a context's turns are
-    # embedded once however many questions it has.
+    # One encode call for every user turn of the used contexts, every question and every option: a context's turns
+    # are embedded once however many questions it has.
     used_ids = list(dict.fromkeys(r.context_id for r in rows_ok))
     texts = [t for cid in used_ids for t in contexts[cid].texts]
-    vecs = embed(embedder, texts + [r.question for r in rows_ok])
+    options = [o for r in rows_ok for o in r.options]
+    vecs = embed(embedder, texts + [r.question for r in rows_ok] + options)
     start = 0
     for cid in used_ids:
         contexts[cid].vectors = vecs[start : start + len(contexts[cid].texts)]
         start += len(contexts[cid].texts)
-    q_vecs = vecs[start:]
+    q_vecs = vecs[start : start + len(rows_ok)]
+    start += len(rows_ok)
+    o_vecs = []
+    for r in rows_ok:
+        o_vecs.append(vecs[start : start + len(r.options)])
+        start += len(r.options)
 
     items: list[Instance] = []
     stats: Counter = Counter()
-    for row, q_vec in zip(rows_ok, q_vecs, strict=True):
+    for row, q_vec, opt_vecs in zip(rows_ok, q_vecs, o_vecs, strict=True):
         inst = build_instance(
             row,
             contexts[row.context_id],
             q_vec,
+            opt_vecs,
             source_file=Path(questions_file).as_posix(),
             max_facts=max_facts,
             latest_mentions=latest_mentions,
@@ -736,6 +790,8 @@ def _count(stats: Counter, inst: Instance, lo: int) -> None:
     stats["supersedes_edges"] += len(inst.relations)
     stats["instances_with_supersedes"] += bool(inst.relations)
     stats["instances_short_of_distractors"] += roles["distractor"] < lo
+    stats["superseded_options"] += len(inst.meta["superseded_options"])
+    stats["instances_with_superseded_options"] += bool(inst.meta["superseded_options"])
     stats[f"task/{inst.task}"] += 1
     stats[f"question_type/{inst.meta['question_type']}"] += 1
     for f in inst.facts:
@@ -757,4 +813,6 @@ def _stats(counts: Counter, contexts: dict[str, Context], parsed: int) -> dict:
         out.setdefault(key, 0)
     out.setdefault("instances_with_supersedes", 0)
     out.setdefault("instances_short_of_distractors", 0)
+    out.setdefault("superseded_options", 0)
+    out.setdefault("instances_with_superseded_options", 0)
     return out | tables

@@ -13,8 +13,10 @@ Conditions, all answered by the same responder (likelihood mode by default, or e
 States are sampled at the serve API's temperature (0.3 by default, seeded; tiny models degenerate under greedy
 decoding). A state that fails ``parse_state`` cannot be used by a memory pipeline, so that instance is answered
 without rules; a state that leaks the answer is used as written (at deployment nobody knows the answer) and counted
-in the leak rate. Metric definitions are in ``evaluate/report.py``; every difference between conditions gets a
-paired bootstrap 95% CI. Writes ``report.json``, ``report.md`` and ``report.png``.
+in the leak rate. Every answer is parsed once into an option letter (``reward.score.parse_choice``, the scorer's
+parser); accuracy and sycophancy compare that letter. Metric definitions are in ``evaluate/report.py``; every
+difference between conditions gets a paired cluster-bootstrap 95% CI (resampling the instances' split groups).
+Writes ``report.json``, ``report.md`` and ``report.png``.
 """
 
 from __future__ import annotations
@@ -30,12 +32,13 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from evaluate.report import render_markdown, render_png, summarize
 from memstate.data import load_split, manifest_sha256
+from memstate.leak import leaks_answer
 from memstate.prompts import PROMPT_VERSION, SELF_RECHECK_RULES, policy_messages, responder_messages
 from memstate.responder import TransformersResponder
 from memstate.rules import FormatError, parse_state
 from memstate.schema import Instance, option_letters
-from reward.gates import leaks_answer
-from reward.judge import judge
+from reward.judge import Judgement, judge
+from reward.score import parse_choice
 
 logger = logging.getLogger("memstate.evaluate")
 
@@ -112,23 +115,52 @@ def api_states(url: str, api_key: str | None, instances: list[Instance]) -> list
         return [client.for_instance(inst).text for inst in tqdm(instances, desc="states via API", unit="instance")]
 
 
-def answer_text(instance: Instance, answer: str | None) -> str | None:
-    """The option text a closed-set answer picked (a letter, possibly as "(B)"), else the answer as given.
+def instance_record(instance: Instance) -> dict:
+    """The per-instance fields of a record: ids, its bootstrap group, y*, and what the metrics compare letters to.
+
+    >>> from memstate.schema import Fact
+    >>> inst = Instance("x", "fever", "evidence_conflict", "belief", "Claim?", (), "supported", "label",
+    ...                 ("supported", "refuted", "not enough info"), (Fact("F1", "Some evidence.", "evidence"),), (),
+    ...                 {"group": "fever:7", "user_label": "refuted"})
+    >>> rec = instance_record(inst)
+    >>> rec["group"], rec["answer_letter"], rec["user_label"], rec["user_letter"], rec["superseded_options"]
+    ('fever:7', 'A', 'refuted', 'B', [])
+    """
+    labels, user_label = instance.labels, instance.meta.get("user_label")
+    return {
+        "id": instance.id,
+        "source": instance.source,
+        "task": instance.task,
+        "perspective": instance.perspective,
+        "group": instance.meta.get("group", instance.id),
+        "answer": instance.answer,
+        "answer_letter": instance.answer_letter if instance.candidates else None,
+        "user_label": user_label,
+        "user_letter": option_letters(len(labels))[labels.index(user_label)] if user_label in labels else None,
+        "superseded_options": list(instance.meta.get("superseded_options", [])),
+    }
+
+
+def answer_record(instance: Instance, judgement: Judgement) -> dict:
+    """A condition's answer: ``letter`` parsed once by the scorer's parser (``parse_choice``; in likelihood mode the
+    answer already is the argmax letter), ``correct`` from that letter, ``answer`` its option text, ``text`` raw.
 
     >>> from memstate.schema import Fact
     >>> inst = Instance("x", "fever", "evidence_conflict", "belief", "Claim?", (), "supported", "label",
     ...                 ("supported", "refuted", "not enough info"), (Fact("F1", "Some evidence.", "evidence"),), ())
-    >>> answer_text(inst, "B"), answer_text(inst, "(A)"), answer_text(inst, " Refuted ")
-    ('refuted', 'supported', 'refuted')
+    >>> [answer_record(inst, Judgement(0.0, False, t))["letter"] for t in ("B.", "(B) refuted", " Refuted ", "?")]
+    ['B', 'B', 'B', None]
+    >>> answer_record(inst, Judgement(1.0, True, "(A)"))
+    {'score': 1.0, 'letter': 'A', 'correct': True, 'answer': 'supported', 'text': '(A)'}
     """
-    if answer is None:
-        return None
-    cands = instance.candidates
-    letter = answer.strip().strip("()").strip()
-    letters = option_letters(len(cands))
-    if cands and letter in letters:
-        return cands[letters.index(letter)]
-    return answer.strip().lower()
+    cands, text = instance.candidates, judgement.answer
+    if not cands:  # free text: no letter; the judge's verdict (None in likelihood mode) and its text
+        answer = None if text is None else text.strip()
+        return {"score": judgement.score, "letter": None, "correct": judgement.correct, "answer": answer, "text": text}
+    letter = None if text is None else parse_choice(text, cands)
+    answer = None if letter is None else cands[option_letters(len(cands)).index(letter)]
+    correct = letter == instance.answer_letter
+    return {"score": judgement.score, "letter": letter, "correct": correct, "answer": answer, "text": text}
 
 
 def state_record(text: str, instance: Instance) -> tuple[tuple[str, ...] | None, dict]:
@@ -190,21 +222,11 @@ def evaluate_checkpoint(config: EvalConfig) -> Path:
 
     records = []
     for i, inst in enumerate(instances):
-        record = {
-            "id": inst.id,
-            "source": inst.source,
-            "task": inst.task,
-            "perspective": inst.perspective,
-            "answer": inst.answer,
-            "user_label": inst.meta.get("user_label"),
-        }
+        record = instance_record(inst)
         for cond in conditions:
-            j = judged[cond][i]
             tokens = len(responder.prompt_ids(responder_messages(inst, rules[cond][i])))
             record[cond] = {
-                "score": j.score,
-                "correct": j.correct,
-                "answer": answer_text(inst, j.answer),
+                **answer_record(inst, judged[cond][i]),
                 "tokens": tokens,
                 **state_info.get(cond, [{}] * len(instances))[i],
             }

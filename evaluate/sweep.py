@@ -58,14 +58,17 @@ def policy_gain(records: list[dict[str, Any]], n_resamples: int = 2000) -> dict[
     """
     by = {(r["condition"], r["id"]): r for r in records}
     ids = list(dict.fromkeys(r["id"] for r in records if r["condition"] == "no_state"))
-    pairs = [
-        (int(by[("checkpoint", i)]["passed"]), int(by[("no_state", i)]["passed"]))
+    paired = [
+        i
         for i in ids
         if ("checkpoint", i) in by
         and by[("checkpoint", i)]["passed"] is not None
         and by[("no_state", i)]["passed"] is not None
     ]
-    ci = paired_difference_ci([a for a, _ in pairs], [b for _, b in pairs], n_resamples=n_resamples)
+    pairs = [(int(by[("checkpoint", i)]["passed"]), int(by[("no_state", i)]["passed"])) for i in paired]
+    # The bootstrap resamples split groups; a MemSyco row is its own group (to_instance: meta["group"] = row id).
+    groups = [by[("no_state", i)].get("group") or i for i in paired]
+    ci = paired_difference_ci([a for a, _ in pairs], [b for _, b in pairs], groups=groups, n_resamples=n_resamples)
     states = [by[("checkpoint", i)].get("state") or {} for i in ids if ("checkpoint", i) in by]
     n_facts = [len((by[("no_state", i)].get("memory") or {}).get("store_ids", [])) for i in ids]
     return {

@@ -35,8 +35,28 @@ def label_score(solution: str, ground_truth: str) -> float:
     return float(normalize_text(solution) == normalize_text(ground_truth))
 
 
+def parse_choice(text: str, options: list[str] | tuple[str, ...]) -> str | None:
+    """The option letter a free-text answer names, or None when it names none (or several).
+
+    A leading letter ("B", "(B)", "B.", "B) …") wins; else the answer must equal exactly one option's text
+    (normalized). Evaluation parses answers here too, so accuracy and sycophancy read the letter the score credits.
+
+    >>> opts = ["supported", "refuted", "not enough info"]
+    >>> [parse_choice(t, opts) for t in ("B.", "(B) refuted", "b", "refuted", "  (c)", "I have no idea", "")]
+    ['B', 'B', 'B', 'B', 'C', None, None]
+    """
+    letters = option_letters(len(options))
+    answer = text.strip()
+    m = re.match(r"^\(?([A-Za-z])\)?(?:[\s.:)]|$)", answer)
+    if m and m.group(1).upper() in letters:
+        return m.group(1).upper()
+    norm = normalize_text(answer)
+    matches = [letter for letter, opt in zip(letters, options, strict=True) if normalize_text(opt) == norm]
+    return matches[0] if len(matches) == 1 else None
+
+
 def choice_score(solution: str, ground_truth: str, options: list[str] | tuple[str, ...]) -> float:
-    """Option letter or option text match; ``ground_truth`` is the correct letter.
+    """Option letter or option text match (``parse_choice``); ``ground_truth`` is the correct letter.
 
     >>> choice_score("(B)", "B", ["tea", "coffee"])
     1.0
@@ -45,14 +65,7 @@ def choice_score(solution: str, ground_truth: str, options: list[str] | tuple[st
     >>> choice_score("A) tea", "B", ["tea", "coffee"])
     0.0
     """
-    letters = option_letters(len(options))
-    answer = solution.strip()
-    m = re.match(r"^\(?([A-Za-z])\)?(?:[\s.:)]|$)", answer)
-    if m and m.group(1).upper() in letters:
-        return float(m.group(1).upper() == ground_truth.upper())
-    norm = normalize_text(answer)
-    matches = [letter for letter, opt in zip(letters, options, strict=True) if normalize_text(opt) == norm]
-    return float(matches == [ground_truth.upper()])
+    return float(parse_choice(solution, options) == ground_truth.upper())
 
 
 def f1_score(solution: str, ground_truth: str) -> float:

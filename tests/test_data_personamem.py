@@ -43,6 +43,7 @@ META_KEYS = {
     "shared_context_id",
     "end_index",
     "group",
+    "superseded_options",
 }
 RELEASED_TYPES = {
     "recall_user_shared_facts",
@@ -406,6 +407,39 @@ def test_stale_preference_comes_with_its_update(built, embedder, contexts):
     money = by_qid(built[0].items)["pm1-money-02"]  # e-books is not about money, but its update comes along
     ebooks = fact_of(money, "I prefer e-books")
     assert ebooks.role == "outdated" and any(r.dst == ebooks.id for r in money.relations)
+
+
+def test_superseded_options_are_wrong_options_echoing_an_outdated_preference(built, embedder):
+    read_ = built[0]
+    for inst in read_.items:
+        stale = inst.meta["superseded_options"]
+        wrong = set(option_letters(len(inst.options))) - {inst.answer}
+        assert isinstance(stale, list) and set(stale) <= wrong and len(set(stale)) == len(stale)
+        old = [f.role == "outdated" for f in inst.facts]
+        if not any(old):
+            assert stale == []
+            continue
+        # The definition, recomputed: nearer an outdated fact than any other fact, and above the floor.
+        sims = (
+            personamem.embed(embedder, list(inst.options)) @ personamem.embed(embedder, [f.text for f in inst.facts]).T
+        )
+        to_old = sims[:, old].max(axis=1)
+        to_other = sims[:, [not o for o in old]].max(axis=1)
+        expected = [
+            letter
+            for k, letter in enumerate(option_letters(len(inst.options)))
+            if letter in wrong and to_old[k] >= personamem.SUPERSEDED_OPTION_FLOOR and to_old[k] > to_other[k]
+        ]
+        assert stale == expected, inst.meta["question_id"]
+    items = by_qid(read_.items)
+    assert "A" in items["pm0-food-05"].meta["superseded_options"]  # the Sichuan hot pot, after "gone off spicy food"
+    assert "B" in items["pm1-film-02"].meta["superseded_options"]  # "The Exorcist", after "can't stand horror films"
+    assert items["pm0-travel-01"].meta["superseded_options"] == []  # outdated spicy food, options about photos
+    assert read_.stats["superseded_options"] == sum(len(i.meta["superseded_options"]) for i in read_.items)
+    assert read_.stats["instances_with_superseded_options"] == sum(
+        bool(i.meta["superseded_options"]) for i in read_.items
+    )
+    assert any(i.task.startswith("preference_") and i.meta["superseded_options"] for i in read_.items)
 
 
 def _has_cycle(graph: dict[str, set[str]]) -> bool:

@@ -2,7 +2,14 @@ import math
 
 import pytest
 
-from reward.score import choice_score, continuation_probability, f1_score, label_score, option_probability
+from reward.score import (
+    choice_score,
+    continuation_probability,
+    f1_score,
+    label_score,
+    option_probability,
+    parse_choice,
+)
 
 
 @pytest.mark.parametrize(
@@ -34,7 +41,28 @@ def test_choice_score(solution, truth, expected):
     assert choice_score(solution, truth, ["tea", "coffee", "water"]) == expected
 
 
+@pytest.mark.parametrize(
+    ("text", "letter"),
+    [
+        ("B.", "B"),
+        ("(B) refuted", "B"),
+        ("b", "B"),
+        ("refuted", "B"),
+        ("  (c)", "C"),
+        ("Not enough info.", "C"),
+        ("D", None),  # no option D
+        ("the claim is refuted", None),
+        ("", None),
+    ],
+)
+def test_parse_choice(text, letter):
+    labels = ["supported", "refuted", "not enough info"]
+    assert parse_choice(text, labels) == letter
+    assert choice_score(text, "B", labels) == float(letter == "B")  # the score reads the same parse
+
+
 def test_choice_text_matching_two_options_is_not_credited():
+    assert parse_choice("tea", ["tea", "Tea"]) is None
     assert choice_score("tea", "A", ["tea", "Tea"]) == 0.0
 
 
