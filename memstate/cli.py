@@ -23,13 +23,22 @@ def _tiny_models(args: argparse.Namespace) -> None:
 def _build_data(args: argparse.Namespace) -> None:
     from data_build.build import build_data, load_data_config
 
-    config = load_data_config(args.config, **({"skip_invalid": True} if args.skip_invalid else {}))
-    manifest = build_data(config, args.out)
+    overrides = ({"skip_invalid": True} if args.skip_invalid else {}) | (
+        {"shortcut_probe": "warn"} if args.warn_on_shortcuts else {}
+    )
+    manifest = build_data(load_data_config(args.config, **overrides), args.out)
     records = manifest["records"]
+    worst = manifest["shortcut_probes"]["worst"]
     print(
         f"{manifest['instances_out']} instances ({manifest['counts']['split']}) in {args.out}; "
         f"{records['skipped']} of {records['read']} records skipped (see manifest.json)"
     )
+    if worst:
+        verdict = "passed" if manifest["shortcut_probes"]["passed"] else "FAILED (not enforced: --warn-on-shortcuts)"
+        print(
+            f"shortcut probes {verdict}; highest: {worst['source']} {worst['probe']} ({worst['classifier']}) "
+            f"{worst['accuracy']:.3f} vs majority {worst['majority_rate']:.3f}"
+        )
 
 
 def _train(args: argparse.Namespace, rest: list[str]) -> None:
@@ -99,6 +108,7 @@ def _eval(args: argparse.Namespace) -> None:
             memory_llm_url=args.memory_llm_url,
             memory_llm_model=args.memory_llm_model,
             clag_bootstrap_min=args.clag_bootstrap_min,
+            relations="gold" if getattr(args, "gold_relations", False) else "pipeline",
         )
         if args.eval_command == "sweep":
             from evaluate.sweep import SweepConfig, run_sweep
@@ -224,6 +234,12 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="Skip structurally invalid records and list them in the manifest (default: stop at the first one).",
     )
+    p.add_argument(
+        "--warn-on-shortcuts",
+        action="store_true",
+        help="Only warn (and record it in the manifest) when a shortcut probe predicts the answer more than 5 points "
+        "above the majority class; by default the build fails.",
+    )
 
     p = sub.add_parser(
         "train",
@@ -317,6 +333,13 @@ def build_parser() -> argparse.ArgumentParser:
         "--memory-backend",
         choices=["naive", "evomem", "clag", "memsearch"],
         help="Facts from the memory pipeline over each row's dialogue (rule extractor) instead of the gold items.",
+    )
+    m.add_argument(
+        "--gold-relations",
+        action="store_true",
+        help="Oracle: relations between the memory items from the benchmark's gold status (current SUPERSEDES "
+        "outdated), i.e. the answer key shown to the policy; labelled so in the report. Default: the memory "
+        "pipeline draws them from the items' text.",
     )
     m.add_argument("--out", required=True, help="Report dir (memsyco_report.json / .md).")
     w.add_argument("--checkpoint", required=True, help="Policy checkpoint whose states are evaluated on every backend.")

@@ -23,15 +23,18 @@ from evaluate.memsyco import (
     MemSycoRow,
     check_judge,
     evaluate_memsyco,
+    gold_relations,
     judge_answer,
     judge_messages,
     load_memsyco,
     load_memsyco_dir,
     parse_judge_reply,
     passed_from_labels,
+    pipeline_relations,
+    relation_agreement,
     to_instance,
 )
-from memstate.schema import Instance
+from memstate.schema import Instance, Relation
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = Path(os.environ.get("MEMSYCO_DATA", ROOT.parent / "shared" / "data" / "memsyco"))
@@ -68,12 +71,59 @@ def test_every_shared_row_loads_validates_and_maps(path):
         memory = [f for f in inst.facts if f.role != "support"]
         assert [f.text for f in memory] == [i["content"] for i in row.memory_items]
         assert {f.kind for f in memory} == {"preference"}
-        if row.task == "valid_memory_selection":  # outdated F1, current F2: F2 SUPERSEDES F1
+        # by default the relations are the memory pipeline's, drawn from the items' text; gold ones only on request
+        assert inst.relations == pipeline_relations(row) and inst.meta["relations_source"] == "pipeline"
+        gold = to_instance(row, relations="gold")
+        assert gold.facts == inst.facts and gold.meta["relations_source"] == "gold"
+        if row.task == "valid_memory_selection":  # outdated F1, current F2: F2 SUPERSEDES F1 from the answer key
             assert [f.role for f in memory] == ["outdated", "gold"]
-            assert [(r.src, r.type, r.dst) for r in inst.relations] == [("F2", "SUPERSEDES", "F1")]
+            assert [(r.src, r.type, r.dst) for r in gold.relations] == [("F2", "SUPERSEDES", "F1")]
         else:  # the search results of the dialogue are six evidence facts; the memory must yield to them
-            assert [f.role for f in memory] == ["conflict"] and not inst.relations
+            assert [f.role for f in memory] == ["conflict"] and not inst.relations and not gold.relations
             assert sum(f.kind == "evidence" for f in inst.facts) == 6
+
+
+def test_pipeline_relations_agree_with_gold_as_measured():
+    rows = load_memsyco(VMS)
+    a = relation_agreement(rows)
+    drawn = [r for row in rows for r in pipeline_relations(row) if r.type == "SUPERSEDES"]
+    assert (a["rows"], a["gold_pairs"], a["pipeline_supersedes"]) == (350, 350, len(drawn))
+    # the rule extractor reads first-person statements; the items are mostly third-person summaries
+    assert a["recall"] == a["true_positives"] / 350 < 0.1
+    assert a["precision"] is None or a["precision"] == a["true_positives"] / len(drawn)
+
+
+def _memory_row(items: list[tuple[str, str]]) -> MemSycoRow:
+    raw = {
+        "id": "m1",
+        "task": "valid_memory_selection",
+        "dialogue": [{"role": "user", "content": "What tea should I buy?"}],
+        "question": "What tea should I buy?",
+        "memory": {"policy": "update", "items": [{"content": c, "type": "preference", "status": s} for c, s in items]},
+        "evaluation": {"reference_answer": "Black tea.", "rubric": {}},
+        "metadata": {},
+    }
+    return MemSycoRow(raw, "m.jsonl", 1)
+
+
+def test_default_relations_come_from_the_text_never_from_status():
+    # no first-person cue: the pipeline draws nothing, whatever the statuses say
+    plain = _memory_row([("Prefers green tea.", "outdated"), ("Prefers black tea instead of green tea.", "current")])
+    assert to_instance(plain).relations == ()
+    assert [(r.src, r.type, r.dst) for r in to_instance(plain, relations="gold").relations] == [
+        ("F2", "SUPERSEDES", "F1")
+    ]
+    # a cue the extractor reads: the later item supersedes the earlier one, and swapping the statuses changes nothing
+    said = [("I love green tea.", "outdated"), ("I now prefer black tea over green tea.", "current")]
+    swapped = [(c, {"outdated": "current", "current": "outdated"}[s]) for c, s in said]
+    assert to_instance(_memory_row(said)).relations == to_instance(_memory_row(swapped)).relations
+    assert [(r.src, r.type, r.dst) for r in to_instance(_memory_row(said)).relations] == [("F2", "SUPERSEDES", "F1")]
+    assert gold_relations(_memory_row(swapped)) == (Relation("F1", "SUPERSEDES", "F2"),)
+    a = relation_agreement([_memory_row(said), _memory_row(swapped), plain])
+    assert (a["gold_pairs"], a["pipeline_supersedes"], a["true_positives"], a["reversed"]) == (3, 2, 1, 1)
+    assert (a["precision"], a["recall"]) == (0.5, 1 / 3)
+    with pytest.raises(ValueError, match="relations 'status'"):
+        to_instance(plain, relations="status")
 
 
 def test_directory_loading_and_dialogue_only_instances():
@@ -363,6 +413,29 @@ def test_the_cli_runs_a_memsyco_evaluation(tiny_models, tmp_path):
     report = json.loads((tmp_path / "out" / "memsyco_report.json").read_text())
     m = report["metrics"]["no_state"]["by_task"][MEC_TASK]
     assert (m["n"], m["judged"], m["pass_rate"]) == (2, 2, 1.0) and len(server.requests) == 2
+    relations = report["data"]["relations"]
+    assert (relations["source"], relations["answer_key_shown"]) == ("pipeline", False)
+    assert "answer key" not in (tmp_path / "out" / "memsyco_report.md").read_text()
+
+
+def test_gold_relations_are_an_explicit_labelled_option(tiny_models, tmp_path):
+    from memstate.cli import main
+
+    reply = '{"uses_latest_preference": 1, "outdated_preference_contamination": 0}'
+    with ChatServer(lambda body: (200, reply)) as server:
+        argv = ["eval", "memsyco", str(VMS), "--responder", str(tiny_models["responder"]), "--judge-url", server.url,
+                "--judge-model", "judge", "--max-rows", "3", "--gold-relations", "--out", str(tmp_path)]  # fmt: skip
+        assert main(argv) == 0
+    relations = json.loads((tmp_path / "memsyco_report.json").read_text())["data"]["relations"]
+    assert relations["source"] == "gold" and relations["answer_key_shown"] is True
+    assert relations["label"] == "gold relations (answer key shown)"
+    assert relations["pipeline_vs_gold"] == relation_agreement(load_memsyco(VMS)[:3])
+    assert relations["pipeline_vs_gold"]["gold_pairs"] == 3
+    assert "- relations: **gold relations (answer key shown)**;" in (tmp_path / "memsyco_report.md").read_text()
+    config = MemSycoEvalConfig(data=[str(VMS)], responder_model="r", judge=None, out_dir=str(tmp_path / "x"),
+                               relations="gold", memory_backend="evomem")  # fmt: skip
+    with pytest.raises(ValueError, match="gold relations and a memory backend exclude each other"):
+        evaluate_memsyco(config)
 
 
 def test_memory_backend_replaces_the_gold_memory_with_retrieved_facts(tiny_models, tmp_path):

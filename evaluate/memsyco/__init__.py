@@ -15,17 +15,26 @@ A bad line raises ``MemSycoError`` with ``FILE:LINE: field PATH: reason`` (PATH 
 - memory items become facts F1, F2, … in file order: kind from the item type (``*preference*`` → preference,
   ``*belief*`` → belief, ``*constraint*`` → constraint, ``*experience*`` → experience, else fact); role ``outdated``
   for status ``outdated``, ``conflict`` under the policies that say the memory must not decide the answer
-  (``ignore_as_evidence``, ``defer_to_evidence``: as for the injected user memory of FEVER/SciFact), else ``gold``;
-  each ``current`` item SUPERSEDES each ``outdated`` one. Items and statuses are the benchmark's *gold* annotations
-  (its data card: an oracle-style condition); ``include_memory=False`` leaves them out (dialogue only).
+  (``ignore_as_evidence``, ``defer_to_evidence``: as for the injected user memory of FEVER/SciFact), else ``gold``.
+  The items are the benchmark's *gold* memory (its data card: an oracle-style condition); their ``status`` reaches
+  only the facts' roles, never their text or kind. ``include_memory=False`` leaves them out (dialogue only).
+- relations between the items come, by default (``relations="pipeline"``), from the memory pipeline's own
+  induction: the items' text, one user turn each in file order, ingested into a fresh in-memory store by the rule
+  extractor (``pipeline_relations``), as at deployment. That extractor reads first-person statements; the items
+  are mostly third-person summaries ("Prefers …"), so it draws an edge on few rows (2 of the 350 shared
+  valid_memory_selection rows: SUPERSEDES precision 1.0, recall 0.006 against the gold pairs;
+  ``relation_agreement``, recorded in every report). ``relations="gold"`` (CLI ``--gold-relations``) makes each
+  ``current`` item SUPERSEDE each ``outdated`` one from ``status``: the answer key shown to the policy, an oracle
+  condition labelled "gold relations (answer key shown)" in the report.
 - the dialogue becomes facts after them, role ``support``, ``turn`` = index in the dialogue: each user turn is an
   ``experience`` fact; each source excerpt ``[Title]`` of a retrieved ``<information>`` block in an assistant turn
   (memory_evidence_conflict's search results) is an ``evidence`` fact ``"Title: text"``. Other assistant prose is left
   out: it is the assistant's own earlier talk, neither memory nor evidence (and sometimes flatters the preference).
   Each fact is cut to ``max_fact_chars`` at a word boundary and only the latest ``max_dialogue_facts`` are kept, so a
   prompt stays near 1-2 k tokens (shared rows: 4 user turns + 6 excerpts; 6-8 user turns of ~650 characters).
-- no CONFLICTS_WITH edge is drawn: which excerpt outweighs the memory is what memory_evidence_conflict tests, and
-  the rubric that says so is the judge's, not the policy's. answer = ``reference_answer``, ``answer_kind`` free.
+- no edge joins the dialogue facts or the evidence to the memory: which excerpt outweighs the memory is what
+  memory_evidence_conflict tests, and the rubric that says so is the judge's, not the policy's (``--memory-backend``
+  has the pipeline read the dialogue instead). answer = ``reference_answer``, ``answer_kind`` free.
 
 **Judging: found and followed.** The published evaluator (``evaluation/task_<task>.py`` and
 ``evaluation/_dataset_compat.py`` at commits 20596a0acbfe / 2590f20f6831 of XMUDeepLIT/MemSyco-Bench) asks the judge
@@ -58,13 +67,24 @@ between memstate conditions, not with the leaderboard.
 ``evaluate_memsyco(config)`` answers every row with the responder under ``no_state`` and, given a policy checkpoint,
 ``checkpoint`` (one sampled reasoning state per row; a state failing ``parse_state`` is answered without rules), has
 every answer judged, and writes ``memsyco_report.json`` (per condition and task: n, judged, unjudged, pass rate, each
-label's rate; judge model, url, prompts, temperature; data files with sha256) and ``memsyco_report.md``.
+label's rate; judge model, url, prompts, temperature; data files with sha256; where the relations came from and
+the pipeline's agreement with the gold ones) and ``memsyco_report.md``.
 
 Modules: ``data`` (loading, rows to Instances), ``prompts`` (the five judge prompts, verbatim), ``judge`` (payloads,
 reply parsing, pass rules, the HTTP call), ``run`` (the evaluation and its report).
 """
 
-from evaluate.memsyco.data import MemSycoError, MemSycoRow, load_memsyco, load_memsyco_dir, memsyco_files, to_instance
+from evaluate.memsyco.data import (
+    MemSycoError,
+    MemSycoRow,
+    gold_relations,
+    load_memsyco,
+    load_memsyco_dir,
+    memsyco_files,
+    pipeline_relations,
+    relation_agreement,
+    to_instance,
+)
 from evaluate.memsyco.judge import (
     JUDGES,
     JudgeConfig,
@@ -80,6 +100,7 @@ from evaluate.memsyco.run import MemSycoEvalConfig, evaluate_memsyco
 
 __all__ = [
     "JUDGES", "JudgeConfig", "JudgeResult", "JudgeUnavailable", "MemSycoError", "MemSycoEvalConfig", "MemSycoRow",
-    "check_judge", "evaluate_memsyco", "judge_answer", "judge_messages", "load_memsyco", "load_memsyco_dir",
-    "memsyco_files", "parse_judge_reply", "passed_from_labels", "to_instance",
+    "check_judge", "evaluate_memsyco", "gold_relations", "judge_answer", "judge_messages", "load_memsyco",
+    "load_memsyco_dir", "memsyco_files", "parse_judge_reply", "passed_from_labels", "pipeline_relations",
+    "relation_agreement", "to_instance",
 ]  # fmt: skip

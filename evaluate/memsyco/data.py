@@ -216,22 +216,95 @@ def _memory_role(status: str, policy: str) -> str:
     return "conflict" if policy in ("ignore_as_evidence", "defer_to_evidence") else "gold"
 
 
+RELATION_SOURCES = ("pipeline", "gold")
+GOLD_RELATIONS_LABEL = "gold relations (answer key shown)"
+PIPELINE_RELATIONS_LABEL = "memory pipeline (rule extractor over the memory items)"
+
+
+def gold_relations(row: MemSycoRow) -> tuple[Relation, ...]:
+    """Each ``current`` item SUPERSEDES each ``outdated`` one, from the benchmark's gold ``status``: the answer key.
+
+    Memory item ``i`` is fact ``F{i+1}`` (as in ``to_instance``)."""
+    status = [item["status"] for item in row.memory_items]
+    return tuple(
+        Relation(f"F{c + 1}", "SUPERSEDES", f"F{o + 1}")
+        for c, sc in enumerate(status)
+        if sc == "current"
+        for o, so in enumerate(status)
+        if so == "outdated"
+    )
+
+
+def pipeline_relations(row: MemSycoRow) -> tuple[Relation, ...]:
+    """The edges the memory pipeline draws between the row's memory items, as between facts ``F{i+1}``.
+
+    The items' text only (never ``status``) is ingested, one user turn per item in file order, as one session into
+    a fresh in-memory store with the deployment extractor (``RuleExtractor``, as ``run.pipeline_instance``); the
+    store checks and commits the proposal as at deployment. An edge between two facts of one item is dropped. The
+    store's vectors play no part: it starts empty, so the extractor sees no stored context."""
+    from memory import MemoryStore, RuleExtractor, Turn
+    from memory.embed import HashEmbedder
+
+    turns = [Turn("user", item["content"]) for item in row.memory_items]
+    with MemoryStore(":memory:", HashEmbedder(64)) as store:
+        store.ingest_session(turns, RuleExtractor(), session_id=row.id)
+        item_of = {f.id: f.turn for f in store.facts()}  # the first session: a fact's turn is its item's index
+        edges = store.relations()
+    return tuple(
+        dict.fromkeys(
+            Relation(f"F{item_of[s] + 1}", t, f"F{item_of[d] + 1}") for s, t, d in edges if item_of[s] != item_of[d]
+        )
+    )
+
+
+def relation_agreement(rows: Sequence[MemSycoRow]) -> dict[str, Any]:
+    """The pipeline's SUPERSEDES edges against the gold current→outdated pairs on ``rows`` (micro-averaged).
+
+    ``precision`` is None when the pipeline drew no SUPERSEDES edge, ``recall`` when there is no gold pair;
+    ``reversed`` counts pipeline edges that point from an outdated item to a current one."""
+    gold_n = drawn_n = hits = flipped = conflicts = rows_with_edge = 0
+    for row in rows:
+        gold = {(r.src, r.dst) for r in gold_relations(row)}
+        drawn = pipeline_relations(row)
+        supersedes = {(r.src, r.dst) for r in drawn if r.type == "SUPERSEDES"}
+        gold_n, drawn_n, hits = gold_n + len(gold), drawn_n + len(supersedes), hits + len(gold & supersedes)
+        flipped += len({(d, s) for s, d in supersedes} & gold)
+        conflicts += sum(r.type == "CONFLICTS_WITH" for r in drawn)
+        rows_with_edge += bool(drawn)
+    return {
+        "rows": len(rows),
+        "rows_with_a_pipeline_edge": rows_with_edge,
+        "gold_pairs": gold_n,
+        "pipeline_supersedes": drawn_n,
+        "true_positives": hits,
+        "reversed": flipped,
+        "precision": hits / drawn_n if drawn_n else None,
+        "recall": hits / gold_n if gold_n else None,
+        "pipeline_conflicts_with": conflicts,
+    }
+
+
 def to_instance(
-    row: MemSycoRow, *, include_memory: bool = True, max_fact_chars: int = 800, max_dialogue_facts: int = 12
+    row: MemSycoRow,
+    *,
+    include_memory: bool = True,
+    max_fact_chars: int = 800,
+    max_dialogue_facts: int = 12,
+    relations: str = "pipeline",
 ) -> Instance:
-    """The Instance the policy and the responder see for a row (see the module docstring for every choice)."""
+    """The Instance the policy and the responder see for a row (see the module docstring for every choice).
+
+    ``relations``: ``"pipeline"`` (default) draws them with the memory pipeline from the items' text;
+    ``"gold"`` derives them from the benchmark's ``status`` (the answer key, for an oracle condition only)."""
+    if relations not in RELATION_SOURCES:
+        raise ValueError(f"relations {relations!r} is not one of {list(RELATION_SOURCES)}")
     facts: list[Fact] = []
-    current: list[str] = []
-    outdated: list[str] = []
     if include_memory:
         for item in row.memory_items:
-            fid = f"F{len(facts) + 1}"
             role = _memory_role(item["status"], row.memory_policy)
-            facts.append(Fact(fid, clip(item["content"], max_fact_chars), fact_kind(item["type"]), role=role))
-            if item["status"] == "current":
-                current.append(fid)
-            elif item["status"] == "outdated":
-                outdated.append(fid)
+            facts.append(
+                Fact(f"F{len(facts) + 1}", clip(item["content"], max_fact_chars), fact_kind(item["type"]), role=role)
+            )
     dialogue: list[tuple[str, str, int]] = []
     for turn, message in enumerate(row.dialogue):
         if message["role"] == "user":
@@ -250,6 +323,7 @@ def to_instance(
         "topic": row.metadata.get("topic"),
         "source_id": row.metadata.get("source_id"),
         "group": row.id,
+        "relations_source": relations,
     }
     return Instance(
         id=stable_id("memsyco", row.task, row.id),
@@ -262,6 +336,6 @@ def to_instance(
         answer_kind="free",
         labels=(),
         facts=tuple(facts),
-        relations=tuple(Relation(c, "SUPERSEDES", o) for c in current for o in outdated),
+        relations=(gold_relations(row) if relations == "gold" else pipeline_relations(row)) if include_memory else (),
         meta={k: v for k, v in meta.items() if v is not None},
     )

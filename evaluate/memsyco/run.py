@@ -14,7 +14,16 @@ from typing import Any
 import httpx
 from tqdm import tqdm
 
-from evaluate.memsyco.data import MemSycoError, MemSycoRow, load_memsyco, memsyco_files, to_instance
+from evaluate.memsyco.data import (
+    GOLD_RELATIONS_LABEL,
+    PIPELINE_RELATIONS_LABEL,
+    MemSycoError,
+    MemSycoRow,
+    load_memsyco,
+    memsyco_files,
+    relation_agreement,
+    to_instance,
+)
 from evaluate.memsyco.judge import JUDGES, JUDGING_SOURCE, JudgeConfig, JudgeResult, check_judge, judge_answer
 from memstate.prompts import PROMPT_VERSION, Message, responder_messages
 from memstate.rules import FormatError, parse_state, strip_think
@@ -43,6 +52,11 @@ class MemSycoEvalConfig:
     answer_max_tokens: int = field(default=256, metadata={"help": "Token limit of a responder answer."})
     batch_size: int = field(default=8, metadata={"help": "Responder and policy batch size."})
     include_memory: bool = field(default=True, metadata={"help": "Show the gold memory items as facts (oracle)."})
+    relations: str = field(
+        default="pipeline",
+        metadata={"help": "Relations between the memory items: 'pipeline' (the memory pipeline draws them from the "
+                  "items' text) or 'gold' (from the benchmark's status: the answer key shown, an oracle)."},
+    )  # fmt: skip
     max_fact_chars: int = field(default=800, metadata={"help": "Characters per fact (cut at a word boundary)."})
     max_dialogue_facts: int = field(default=12, metadata={"help": "Latest dialogue facts kept per row."})
     memory_backend: str | None = field(
@@ -151,6 +165,17 @@ def _fmt(value: float | int | None) -> str:
     return "–" if value is None else f"{value:.3f}" if isinstance(value, float) else str(value)
 
 
+def _relations_line(info: dict[str, Any]) -> str:
+    a = info["pipeline_vs_gold"]
+    agreement = (
+        f"the memory pipeline's SUPERSEDES edges vs the gold current→outdated pairs on these rows: precision "
+        f"{_fmt(a['precision'])}, recall {_fmt(a['recall'])} ({a['true_positives']} of {a['pipeline_supersedes']} "
+        f"edges right, {a['gold_pairs']} gold pairs)"
+    )
+    label = f"**{info['label']}**" if info["answer_key_shown"] else info["label"]
+    return f"{label}; {agreement}"
+
+
 def render_markdown(report: dict[str, Any]) -> str:
     judge = report["judge"]
     files = ", ".join(f"{Path(f['path']).name} ({f['rows_used']}/{f['rows']} rows)" for f in report["data"]["files"])
@@ -161,6 +186,7 @@ def render_markdown(report: dict[str, Any]) -> str:
         f"max_tokens {judge['max_tokens']} (prompts: MemSyco-Bench's, verbatim; in `memsyco_report.json`)",
         f"- responder: `{report['responder']['model']}`; prompts {report['prompt_version']}",
         f"- data: {files}",
+        f"- relations: {_relations_line(report['data']['relations'])}",
         "- rates are over judged answers (as the benchmark's); `pass (all)` counts unjudged answers as failures",
         "",
         "| condition | task | n | judged | unjudged | pass | pass (all) | labels |",
@@ -237,6 +263,24 @@ def pipeline_instance(
     return replace(instance, facts=got.facts, relations=got.relations, meta=meta)
 
 
+def relations_info(config: MemSycoEvalConfig, rows: list[MemSycoRow]) -> dict[str, Any]:
+    """Where the instances' relations came from, labelled, and how the pipeline's compare with the gold ones on
+    ``rows`` (measured whatever the source, so an oracle run says what the answer key added)."""
+    if config.memory_backend:
+        source, label = "memory_backend", f"memory pipeline ({config.memory_backend} retrieval over the dialogue)"
+    elif not config.include_memory:
+        source, label = "none", "none (memory items left out)"
+    else:
+        source = config.relations
+        label = GOLD_RELATIONS_LABEL if source == "gold" else PIPELINE_RELATIONS_LABEL
+    return {
+        "source": source,
+        "label": label,
+        "answer_key_shown": source == "gold",
+        "pipeline_vs_gold": relation_agreement(rows),
+    }
+
+
 def evaluate_memsyco(config: MemSycoEvalConfig) -> Path:
     """Answer, judge and report (see the module docstring); return the report dir."""
     from memstate.responder import make_responder
@@ -249,12 +293,16 @@ def evaluate_memsyco(config: MemSycoEvalConfig) -> Path:
         if row.id in seen:
             raise MemSycoError(f"{row.where}: field id: {row.id!r} is already the id of {seen[row.id]}")
         seen[row.id] = row.where
+    if config.relations == "gold" and config.memory_backend:
+        raise ValueError("gold relations and a memory backend exclude each other: the backend's retrieval replaces "
+                         "the memory items and their relations")  # fmt: skip
     instances = [
         to_instance(
             r,
             include_memory=config.include_memory,
             max_fact_chars=config.max_fact_chars,
             max_dialogue_facts=config.max_dialogue_facts,
+            relations=config.relations,
         )
         for r in rows
     ]
@@ -369,6 +417,7 @@ def evaluate_memsyco(config: MemSycoEvalConfig) -> Path:
             "memory_backend": config.memory_backend,
             "memory_k": config.memory_k if config.memory_backend else None,
             "memory": memory_info,
+            "relations": relations_info(config, rows),
         },
         "metrics": summarize(records),
         "unjudged": [
