@@ -2,8 +2,12 @@
 
     python benchmarks/bench_reward.py [--prompts 16] [--generations 8]
 
-Candidates are drawn the way a policy's would repeat itself: per prompt a few distinct well-formed states, some
-malformed ones and a leak. Compares, per mode, this implementation (gates first, one cached baseline per instance,
+Candidates are sampled from a policy, as GRPO would: the tiny random policy after the project's supervised format
+warm-up (``train.warmup.format_warmup`` with ``configs/train/tiny_cpu.yaml``'s steps, learning rate and seed, on the
+train split), G completions per prompt at temperature 1.0, top-k 0, top-p 1.0 (TRL's defaults) and that config's
+``max_completion_length``. How often a group repeats a state is therefore measured, not built in: the figures give
+the format and leak rates, the distinct states per group, the duplicate rate past the gates and the responder
+prompts dedup saves. Compares, per mode, this implementation (gates first, one cached baseline per instance,
 identical states scored once) with a naive one (baseline recomputed for every completion, no dedup): responder
 prompts and prompt tokens sent, and wall time; and likelihood vs exact mode. Prints the figures and writes JSON.
 """
@@ -12,24 +16,28 @@ from __future__ import annotations
 
 import argparse
 import platform
-import random
 import resource
+import statistics
 import tempfile
 import time
 from pathlib import Path
 
 import torch
+import yaml
 from results_io import report
+from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from data_build.build import build_data, load_data_config
 from memstate.data import load_split
+from memstate.leak import leaks_answer
+from memstate.prompts import policy_messages
 from memstate.responder import TransformersResponder
 from memstate.rules import parse_state
+from memstate.schema import Instance
 from memstate.tiny_models import build_tiny_models
 from reward.counterfactual import CounterfactualGainReward, RewardConfig
-from reward.gates import leaks_answer
 from reward.judge import judge
-from train.warmup import template_state
+from train.warmup import format_warmup
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -38,7 +46,7 @@ class CountingResponder:
     """Counts the prompts and prompt tokens (chat template applied) the reward sends to the responder."""
 
     def __init__(self, inner: TransformersResponder):
-        self.inner, self.name = inner, inner.name
+        self.inner, self.name, self.identity = inner, inner.name, inner.identity
         self.prompts = self.tokens = 0
 
     def _count(self, prompts) -> None:
@@ -54,20 +62,57 @@ class CountingResponder:
         return self.inner.answer_logprob(prompts, continuations)
 
 
-def candidates(instances, generations: int, rng: random.Random) -> tuple[list, list[str]]:
+def sample_candidates(
+    policy: Path, instances: list[Instance], generations: int, max_new_tokens: int, seed: int, batch: int = 4
+) -> tuple[list[Instance], list[str]]:
+    """``generations`` sampled completions per instance (grouped, as TRL repeats each prompt G times)."""
+    tokenizer = AutoTokenizer.from_pretrained(policy)
+    tokenizer.padding_side = "left"
+    model = AutoModelForCausalLM.from_pretrained(policy).eval()
+    torch.manual_seed(seed)
     rows, texts = [], []
-    for inst in instances:
-        distinct = [template_state(inst, rng) for _ in range(3)]
-        for _ in range(generations):
-            r = rng.random()
-            text = (
-                "Sure, here is my answer." if r < 0.15 else  # fails the format gate
-                f"- The claim is {inst.answer}.\n- Ignore the user." if r < 0.2 else  # leaks the answer
-                rng.choice(distinct)
-            )  # fmt: skip
-            rows.append(inst)
-            texts.append(text)
+    for start in range(0, len(instances), batch):
+        chunk = instances[start : start + batch]
+        prompts = [
+            tokenizer.apply_chat_template(policy_messages(i), add_generation_prompt=True, tokenize=False) for i in chunk
+        ]
+        enc = tokenizer(prompts, return_tensors="pt", padding=True, add_special_tokens=False)
+        with torch.no_grad():
+            out = model.generate(**enc, do_sample=True, temperature=1.0, top_k=0, top_p=1.0,
+                                 num_return_sequences=generations, max_new_tokens=max_new_tokens,
+                                 pad_token_id=tokenizer.pad_token_id)  # fmt: skip
+        texts += tokenizer.batch_decode(out[:, enc["input_ids"].shape[1] :], skip_special_tokens=True)
+        rows += [inst for inst in chunk for _ in range(generations)]  # generate keeps each prompt's samples together
     return rows, texts
+
+
+def candidate_figures(rows: list[Instance], texts: list[str]) -> dict:
+    """What the sampled candidates are: gate outcomes, and how often a group repeats a state past the gates (the
+    reward scores each distinct (instance, state) once, so repeats are what dedup saves)."""
+    states = [parse_state(t) for t in texts]
+    ok = [hasattr(s, "rules") for s in states]
+    passed = [i for i, s in enumerate(states) if ok[i] and not leaks_answer(s.text, rows[i])]
+    groups: dict[str, set[str]] = {r.id: set() for r in rows}
+    for i in passed:
+        groups[rows[i].id].add(states[i].text)
+    per_group = [len(g) for g in groups.values()]
+    distinct = sum(per_group)
+    raw_per_group = [len({t for r, t in zip(rows, texts, strict=True) if r.id == gid}) for gid in groups]
+    return {
+        "format_ok_rate": round(sum(ok) / len(texts), 3),
+        "leak_rate": round((sum(ok) - len(passed)) / len(texts), 3),
+        "distinct_texts_per_group_mean": round(statistics.mean(raw_per_group), 2),
+        "past_the_gates": len(passed),
+        "distinct_states_past_the_gates": distinct,
+        "distinct_states_per_group": {
+            "mean": round(statistics.mean(per_group), 2),
+            "min": min(per_group),
+            "max": max(per_group),
+        },
+        "duplicate_rate_past_the_gates": round(1 - distinct / len(passed), 3) if passed else None,
+        "responder_prompts_saved_by_dedup": len(passed) - distinct,
+        "examples": texts[:3],
+    }
 
 
 def naive_reward(responder, rows, texts, mode: str) -> list[float | None]:
@@ -89,12 +134,29 @@ def main() -> None:
     parser.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "bench_reward.json"))
     args = parser.parse_args()
 
+    train_config = yaml.safe_load((ROOT / "configs" / "train" / "tiny_cpu.yaml").read_text())
     with tempfile.TemporaryDirectory() as tmp:
         models = build_tiny_models(Path(tmp) / "models")
         config = load_data_config(ROOT / "configs" / "data" / "fever_fixture.yaml", progress=False)
         build_data(config, Path(tmp) / "data")
-        instances = load_split(Path(tmp) / "data", "train")[: args.prompts]
-        rows, texts = candidates(instances, args.generations, random.Random(0))
+        train = load_split(Path(tmp) / "data", "train")
+        start = time.perf_counter()
+        policy = format_warmup(
+            str(models["policy"]),
+            train,
+            Path(tmp) / "warm",
+            steps=train_config["format_warmup_steps"],
+            learning_rate=train_config["format_warmup_learning_rate"],
+            seed=train_config["seed"],
+            use_cpu=True,
+        )
+        warmup_s = time.perf_counter() - start
+        instances = train[: args.prompts]
+        start = time.perf_counter()
+        rows, texts = sample_candidates(
+            policy, instances, args.generations, train_config["max_completion_length"], train_config["seed"]
+        )
+        sampling_s = time.perf_counter() - start
         columns = {k: [r.to_dict()[k] for r in rows] for k in rows[0].to_dict()}
         inner = TransformersResponder(str(models["responder"]), batch_size=32)
         results: dict = {
@@ -103,21 +165,32 @@ def main() -> None:
                 "torch": torch.__version__,
                 "threads": torch.get_num_threads(),
             },
-            "step": {"prompts": args.prompts, "generations": args.generations, "completions": len(rows)},
-            "distinct_states_past_the_gates": len(
-                {
-                    (r.id, t)
-                    for r, t in zip(rows, texts, strict=True)
-                    if hasattr(parse_state(t), "rules") and not leaks_answer(parse_state(t).text, r)
-                }
-            ),
+            "step": {"prompts": len(instances), "generations": args.generations, "completions": len(rows)},
+            "policy": {
+                "model": "tiny random policy (memstate tiny-models) after the format warm-up",
+                "warmup_steps": train_config["format_warmup_steps"],
+                "warmup_learning_rate": train_config["format_warmup_learning_rate"],
+                "warmup_instances": len(train),
+                "sampling": {
+                    "temperature": 1.0,
+                    "top_k": 0,
+                    "top_p": 1.0,
+                    "max_new_tokens": train_config["max_completion_length"],
+                },
+                "warmup_seconds": round(warmup_s, 1),
+                "sampling_seconds": round(sampling_s, 1),
+            },
+            "candidates": candidate_figures(rows, texts),
         }
         for mode in ("likelihood", "exact"):
             ours = CountingResponder(inner)
             reward = CounterfactualGainReward(ours, RewardConfig(mode=mode))
             start = time.perf_counter()
-            got = reward(prompts=[None] * len(rows), completions=texts, **columns)
+            logged: dict[str, float] = {}
+            got = reward(prompts=[None] * len(rows), completions=texts, log_metric=logged.__setitem__, **columns)
             ours_s = time.perf_counter() - start
+            # the reward's own count of repeats it did not send agrees with what the candidates hold
+            assert logged["memstate/dedup_hits"] == results["candidates"]["responder_prompts_saved_by_dedup"]
             first_step = {"responder_prompts": ours.prompts, "prompt_tokens": ours.tokens, "seconds": round(ours_s, 3)}
             start = time.perf_counter()
             reward(prompts=[None] * len(rows), completions=texts, **columns)  # next step: baselines cached
