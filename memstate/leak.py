@@ -8,8 +8,10 @@ gold answer would be an answer oracle: "mention supported; if not penalised, it 
   false, wrong, disproves, debunked …; not enough info: insufficient, cannot be determined, inconclusive …), and any
   verb of support or contradiction whose object is the claim itself ("F1 contradicts the claim");
 - an option letter in any form: "(B)", "B)", "option b", "answer: B", "say B", a bare capital "B" (but not the
-  article "A" or the pronoun "I" before a word), or an ordinal ("the second option", "option two", "the last choice");
-- an option's text (normalized; for long options, most of its content words).
+  article "A" or the pronoun "I" before a word), an ordinal ("the second option", "option two", "the longest
+  choice"), or an answer's initial ("the one that starts with r");
+- an option's text (normalized; for long options, most of its content words), or a candidate spelled out letter by
+  letter ("s-u-p-p-o-r-t-e-d").
 
 Free-text answers have no candidate set: the state must not contain the reference answer's span.
 The gate is lexical on purpose: cheap, deterministic and the same in training and evaluation. It rejects some
@@ -97,11 +99,12 @@ _VERDICTS: dict[str, tuple[str, ...]] = {
 _CLAIM_VERDICT = (
     r"(support|refut|contradict|conflict|disagree|agree|oppose|undermin|weaken|strengthen|back|corroborat|den(y|ies|ied)"
     r"|disput|challeng|match|align|fit|consistent|inconsistent|prov|disprov|confirm|verif|validat|invalidat|rebut"
-    r"|debunk)\w* (up |with |to )?(the |this |that )?(claim|statement|assertion|it)"
+    r"|debunk|side|entail)\w* (up |with |to )?(the |this |that )?(claim|statement|assertion|it)"
+    r"|(claim|statement|assertion) (still )?(stands|survives|fails|falls)|opposite of (the |this |that )?claim"
 )
 _ORDINALS = (
     r"(first|second|third|fourth|fifth|sixth|seventh|eighth|ninth|tenth|last|final|middle|top|bottom|former|latter"
-    r"|1st|2nd|3rd|[4-9]th)"
+    r"|longest|shortest|longer|shorter|1st|2nd|3rd|[4-9]th)"
 )
 _OPTION_NOUNS = r"(options?|choices?|answers?|candidates?|labels?|letters?|alternatives?|ones?|possibilit(y|ies))"
 _NUMBERS = r"(one|two|three|four|five|six|seven|eight|nine|ten|\d+)"
@@ -120,6 +123,10 @@ def _compile(patterns: Sequence[str]) -> re.Pattern:
 
 _VERDICT_RES = {label: _compile(p) for label, p in _VERDICTS.items()}
 _CLAIM_VERDICT_RE = _compile([_CLAIM_VERDICT])
+# "starts with r", "begins with the letter s" — but not "start with a careful reading" (the article before a word).
+_INITIAL_RE = re.compile(
+    r"(?i)\b(start|begin)\w* with (the letter [\"'“‘]?[a-z]\b|[\"'“‘]?[a-z]\b[\"'”’]?(?!\s+[a-z]{2,}))"
+)
 _ORDINAL_RES = (
     _compile([rf"{_ORDINALS} {_OPTION_NOUNS}"]),
     _compile([rf"(option|choice|answer|candidate|alternative|label|number) {_NUMBERS}"]),
@@ -214,6 +221,13 @@ def leak_reason(state_text: str, candidates: Sequence[str], answer_kind: str, re
             return f"names a candidate: {label!r} ({m.group(0)})"
     if answer_kind == "label" and (m := _CLAIM_VERDICT_RE.search(norm)):
         return f"states a verdict on the claim: {m.group(0)}"
+    # Spelled out or split up ("s-u-p-p-o-r-t-e-d", "sup ported"): a long candidate's letters in a row.
+    squashed = norm.replace(" ", "")
+    for candidate in candidates:
+        if len(letters := normalize(candidate).replace(" ", "")) >= 6 and letters in squashed:
+            return f"spells out a candidate: {candidate!r}"
+    if m := _INITIAL_RE.search(state_text):
+        return f"names an answer by its initial: {m.group(0)}"
     letter = _names_letter(state_text, option_letters(len(candidates)))
     if letter:
         return f"names option letter {letter}"

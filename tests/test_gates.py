@@ -83,6 +83,13 @@ LABEL_LEAKS = [
     "Not-enough-info is what F1 implies.",
     "The middle choice is the one.",
     "Answer with the letter after the first letter.",
+    # Found playing the policy after the first version of the gate:
+    "The answer is the label that starts with r.",
+    "Say s-u-p-p-o-r-t-e-d.",
+    "The claim stands.",
+    "Evidence sides with the claim.",
+    "F1 says the opposite of the claim.",
+    "Pick the longest option.",
 ]
 
 CHOICE_LEAKS = [
@@ -96,6 +103,8 @@ CHOICE_LEAKS = [
     "Go with the latter option.",
     "Avoid A and B.",
     "Reply: C",
+    "Pick the shortest option.",
+    "Say b-l-a-c-k c-o-f-f-e-e.",
 ]
 
 LEGITIMATE = [
@@ -125,6 +134,7 @@ LEGITIMATE = [
     "Evidence outranks memories of belief, identity or expertise.",
     "F1 contradicts the user's memory F3; trust F1.",
     "No one's conviction outweighs F2.",
+    "Start with a careful reading of F1, then weigh F2.",
 ]
 
 
