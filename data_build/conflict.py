@@ -168,12 +168,12 @@ def claim_instances(claim: EvidenceClaim, pool: ClaimPool, options: InstanceOpti
             # does not mark NEI: a subset of the retrieved context, or — FEVER's NEI claims cite nothing — evidence
             # sentences of other claims.
             k = pool.evidence_count(rng)
-            context = (
-                [claim.context[j] for j in sorted(rng.sample(range(len(claim.context)), k))]
-                if len(claim.context) > k
-                else list(claim.context)
-                or [rng.choice(c.evidence) for c in pool.sample(rng, k, claim.group, evidence_only=True)]
-            )
+            if len(claim.context) > k:
+                context = [claim.context[j] for j in sorted(rng.sample(range(len(claim.context)), k))]
+            elif claim.context:
+                context = list(claim.context)
+            else:
+                context = [rng.choice(c.evidence) for c in pool.sample(rng, k, claim.group, evidence_only=True)]
             if not context:
                 raise ValueError(f"{claim.group}: NOT ENOUGH INFO claim with no context and no other evidence to show")
             items += [("support", "evidence", t) for t in context]

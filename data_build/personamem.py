@@ -718,16 +718,12 @@ def read_personamem(
     texts = [t for cid in used_ids for t in contexts[cid].texts]
     options = [o for r in rows_ok for o in r.options]
     vecs = embed(embedder, texts + [r.question for r in rows_ok] + options)
-    start = 0
-    for cid in used_ids:
-        contexts[cid].vectors = vecs[start : start + len(contexts[cid].texts)]
-        start += len(contexts[cid].texts)
-    q_vecs = vecs[start : start + len(rows_ok)]
-    start += len(rows_ok)
-    o_vecs = []
-    for r in rows_ok:
-        o_vecs.append(vecs[start : start + len(r.options)])
-        start += len(r.options)
+    sizes = [len(contexts[cid].texts) for cid in used_ids] + [1] * len(rows_ok) + [len(r.options) for r in rows_ok]
+    parts = np.split(vecs, np.cumsum(sizes)[:-1]) if sizes else []
+    for cid, part in zip(used_ids, parts, strict=False):
+        contexts[cid].vectors = part
+    q_vecs = [p[0] for p in parts[len(used_ids) : len(used_ids) + len(rows_ok)]]
+    o_vecs = parts[len(used_ids) + len(rows_ok) :]
 
     items: list[Instance] = []
     stats: Counter = Counter()

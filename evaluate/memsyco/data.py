@@ -257,15 +257,19 @@ def pipeline_relations(row: MemSycoRow) -> tuple[Relation, ...]:
     )
 
 
-def relation_agreement(rows: Sequence[MemSycoRow]) -> dict[str, Any]:
+def relation_agreement(
+    rows: Sequence[MemSycoRow], drawn_per_row: Sequence[tuple[Relation, ...]] | None = None
+) -> dict[str, Any]:
     """The pipeline's SUPERSEDES edges against the gold current→outdated pairs on ``rows`` (micro-averaged).
+    ``drawn_per_row``: the pipeline's relations of each row when already drawn (else they are drawn here).
 
     ``precision`` is None when the pipeline drew no SUPERSEDES edge, ``recall`` when there is no gold pair;
     ``reversed`` counts pipeline edges that point from an outdated item to a current one."""
     gold_n = drawn_n = hits = flipped = conflicts = rows_with_edge = 0
-    for row in rows:
+    if drawn_per_row is None:
+        drawn_per_row = [pipeline_relations(row) for row in rows]
+    for row, drawn in zip(rows, drawn_per_row, strict=True):
         gold = {(r.src, r.dst) for r in gold_relations(row)}
-        drawn = pipeline_relations(row)
         supersedes = {(r.src, r.dst) for r in drawn if r.type == "SUPERSEDES"}
         gold_n, drawn_n, hits = gold_n + len(gold), drawn_n + len(supersedes), hits + len(gold & supersedes)
         flipped += len({(d, s) for s, d in supersedes} & gold)

@@ -263,9 +263,10 @@ def pipeline_instance(
     return replace(instance, facts=got.facts, relations=got.relations, meta=meta)
 
 
-def relations_info(config: MemSycoEvalConfig, rows: list[MemSycoRow]) -> dict[str, Any]:
+def relations_info(config: MemSycoEvalConfig, rows: list[MemSycoRow], pipeline_drawn=None) -> dict[str, Any]:
     """Where the instances' relations came from, labelled, and how the pipeline's compare with the gold ones on
-    ``rows`` (measured whatever the source, so an oracle run says what the answer key added)."""
+    ``rows`` (measured whatever the source, so an oracle run says what the answer key added). ``pipeline_drawn``:
+    the rows' pipeline relations when the instances already hold them (not drawn a second time)."""
     if config.memory_backend:
         source, label = "memory_backend", f"memory pipeline ({config.memory_backend} retrieval over the dialogue)"
     elif not config.include_memory:
@@ -277,7 +278,7 @@ def relations_info(config: MemSycoEvalConfig, rows: list[MemSycoRow]) -> dict[st
         "source": source,
         "label": label,
         "answer_key_shown": source == "gold",
-        "pipeline_vs_gold": relation_agreement(rows),
+        "pipeline_vs_gold": relation_agreement(rows, pipeline_drawn),
     }
 
 
@@ -306,6 +307,9 @@ def evaluate_memsyco(config: MemSycoEvalConfig) -> Path:
         )
         for r in rows
     ]
+    pipeline_drawn = (
+        [i.relations for i in instances] if config.include_memory and config.relations == "pipeline" else None
+    )
     memory_info = None
     if config.memory_backend:
         from memory import BACKENDS
@@ -417,7 +421,7 @@ def evaluate_memsyco(config: MemSycoEvalConfig) -> Path:
             "memory_backend": config.memory_backend,
             "memory_k": config.memory_k if config.memory_backend else None,
             "memory": memory_info,
-            "relations": relations_info(config, rows),
+            "relations": relations_info(config, rows, pipeline_drawn),
         },
         "metrics": summarize(records),
         "unjudged": [
