@@ -22,12 +22,11 @@ import tempfile
 import time
 from pathlib import Path
 
+from memstate.data_build import fever
+from memstate.data_build.build import DataConfig, FeverConfig, build_data
+from memstate.data_build.personamem import read_personamem
+from memstate.data_build.records import SkipLog
 from results_io import report
-
-from data_build import fever
-from data_build.build import DataConfig, FeverConfig, build_data
-from data_build.personamem import read_personamem
-from data_build.records import SkipLog
 
 ROOT = Path(__file__).resolve().parents[1]
 FULL_DUMP_LINES = 5_416_537  # pages in FEVER's wiki-pages dump

@@ -34,9 +34,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 import numpy as np
-from results_io import report
-
-from memory import (
+from memstate.memory import (
     BACKENDS,
     ClagConfig,
     HashEmbedder,
@@ -49,7 +47,8 @@ from memory import (
     default_embedder,
     retrieve,
 )
-from memory.seeds import default_seed_extractor
+from memstate.memory.seeds import default_seed_extractor
+from results_io import report
 
 ROOT = Path(__file__).resolve().parents[1]
 SYLLABLES = "ba be bi bo bu da de di do du ka ke ki ko ku la le li lo lu ma me mi mo mu na ne ni no nu".split()

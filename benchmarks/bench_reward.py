@@ -24,10 +24,13 @@ from pathlib import Path
 
 import torch
 import yaml
+from memstate.data_build.build import build_data, load_data_config
+from memstate.reward.counterfactual import CounterfactualGainReward, RewardConfig
+from memstate.reward.judge import judge
+from memstate.train.warmup import format_warmup
 from results_io import report
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from data_build.build import build_data, load_data_config
 from memstate.data import load_split
 from memstate.leak import leaks_answer
 from memstate.prompts import policy_messages
@@ -35,9 +38,6 @@ from memstate.responder import TransformersResponder
 from memstate.rules import parse_state
 from memstate.schema import Instance
 from memstate.tiny_models import build_tiny_models
-from reward.counterfactual import CounterfactualGainReward, RewardConfig
-from reward.judge import judge
-from train.warmup import format_warmup
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -16,11 +16,11 @@ from pathlib import Path
 
 import yaml
 from datasets import Dataset, DatasetDict, Features, List, Value, disable_progress_bars
+from memstate.data_build.conflict import CONFLICT_PERSPECTIVES, ClaimPool, InstanceOptions, claim_instances
+from memstate.data_build.probe import check_probes, run_probes
+from memstate.data_build.records import EvidenceClaim, SkipLog, SourceRead
+from memstate.data_build.splits import DEFAULT_RATIOS, assign_splits, check_ratios
 
-from data_build.conflict import CONFLICT_PERSPECTIVES, ClaimPool, InstanceOptions, claim_instances
-from data_build.probe import check_probes, run_probes
-from data_build.records import EvidenceClaim, SkipLog, SourceRead
-from data_build.splits import DEFAULT_RATIOS, assign_splits, check_ratios
 from memstate.data import SPLITS
 from memstate.schema import Instance, stable_id
 
@@ -177,7 +177,7 @@ def _input_dir(path: str, name: str) -> Path:
 def read_sources(config: DataConfig, log: SkipLog) -> list[SourceRead]:
     reads = []
     if config.fever:
-        from data_build.fever import read_fever
+        from memstate.data_build.fever import read_fever
 
         c = config.fever
         reads.append(
@@ -186,7 +186,7 @@ def read_sources(config: DataConfig, log: SkipLog) -> list[SourceRead]:
             )
         )
     if config.scifact:
-        from data_build.scifact import read_scifact
+        from memstate.data_build.scifact import read_scifact
 
         c = config.scifact
         reads.append(
@@ -195,7 +195,7 @@ def read_sources(config: DataConfig, log: SkipLog) -> list[SourceRead]:
             )
         )
     if config.personamem:
-        from data_build.personamem import read_personamem
+        from memstate.data_build.personamem import read_personamem
 
         c = config.personamem
         reads.append(
@@ -375,7 +375,7 @@ def build_data(config: DataConfig, out_dir: str | Path) -> dict:
 
     skipped = sorted(log.records, key=lambda s: (s.file, s.line))
     manifest = {
-        "builder": "data_build.build",
+        "builder": "memstate.data_build.build",
         "config": asdict(config),
         "inputs": [inp for r in reads for inp in r.inputs],
         "records": {

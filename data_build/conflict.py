@@ -12,7 +12,7 @@
 - **No evidence–memory relation**: which memory the evidence contradicts is the answer key, and no detector a
   memory pipeline would run at deployment is shipped for it (the memory pipeline relates the user's own memories,
   not retrieved evidence); the policy has to read the evidence. ``evidence_relations: gold`` puts the gold edges
-  back for diagnosis only — the shortcut probe (``data_build.probe``) then fails the build.
+  back for diagnosis only — the shortcut probe (``memstate.data_build.probe``) then fails the build.
 - **Distractors**: 2–4 memories from the same scenario but another topic — other claims' evidence sentences and
   user memories, drawn from the same split so no text crosses a split boundary.
 Fact order is shuffled per instance (seeded), so a fact's position never reveals its role.
@@ -24,8 +24,9 @@ import random
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from data_build.labels import LABELS, claim_question, opposite_label
-from data_build.records import EvidenceClaim
+from memstate.data_build.labels import LABELS, claim_question, opposite_label
+from memstate.data_build.records import EvidenceClaim
+
 from memstate.schema import Fact, Instance, Relation, stable_id
 
 CONFLICT_PERSPECTIVES: tuple[str, ...] = ("belief", "identity", "expertise")

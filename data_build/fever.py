@@ -16,10 +16,8 @@ from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tqdm.auto import tqdm
-
-from data_build.labels import normalize_label
-from data_build.records import (
+from memstate.data_build.labels import normalize_label
+from memstate.data_build.records import (
     SKIP_DUPLICATE,
     SKIP_INVALID,
     SKIP_UNRESOLVED,
@@ -28,6 +26,7 @@ from data_build.records import (
     SourceRead,
     input_record,
 )
+from tqdm.auto import tqdm
 
 FEVER_LABELS = ("SUPPORTS", "REFUTES", "NOT ENOUGH INFO")
 VERIFIABLE_VALUES = ("VERIFIABLE", "NOT VERIFIABLE")

@@ -77,8 +77,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 import numpy as np
-
-from data_build.records import (
+from memstate.data_build.records import (
     SKIP_DUPLICATE,
     SKIP_INVALID,
     SKIP_NO_HISTORY,
@@ -87,6 +86,7 @@ from data_build.records import (
     SkipLog,
     SourceRead,
 )
+
 from memstate.schema import Fact, Instance, Relation, option_letters, stable_id
 
 SOURCE = "personamem"
@@ -133,7 +133,7 @@ SUPERSEDE_THRESHOLD = 0.5
 # statements on one topic), options about nothing in the facts 0.19-0.20 ("Because your phone broke").
 SUPERSEDED_OPTION_FLOOR = 0.3
 # Well-formed but unusable: the history before end_index holds no user turn, so there is nothing to remember.
-# Not structural, so it never stops a strict build. (A candidate for data_build.records.)
+# Not structural, so it never stops a strict build. (A candidate for memstate.data_build.records.)
 EMBED_BATCH = 128
 
 _SPEAKER = re.compile(r"^\s*user\s*:\s*", re.IGNORECASE)

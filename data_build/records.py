@@ -75,7 +75,7 @@ class EvidenceClaim:
     source: str
     claim_id: str
     claim: str
-    label: str  # one of data_build.labels.LABELS
+    label: str  # one of memstate.data_build.labels.LABELS
     evidence: tuple[str, ...]
     context: tuple[str, ...] = ()
     file: str = ""  # path relative to the source dir, for meta

@@ -16,8 +16,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from data_build.labels import normalize_label
-from data_build.records import (
+from memstate.data_build.labels import normalize_label
+from memstate.data_build.records import (
     SKIP_CONFLICTING,
     SKIP_DUPLICATE,
     SKIP_INVALID,
@@ -33,7 +33,7 @@ SOURCE = "scifact"
 CLAIMS_KIND = "scifact_claims"
 CORPUS_KIND = "scifact_corpus"
 # Not structural, so a strict build goes on: the record is well-formed, but its cited abstracts disagree (SciFact
-# labels claim-abstract pairs), so there is no single answer. Candidate for data_build.records.
+# labels claim-abstract pairs), so there is no single answer. Candidate for memstate.data_build.records.
 UNLABELED_REASON = "SciFact test claims carry no label"
 
 # SciFact rationales are 1-3 sentences and most claims have one; a few have many rationale sets over several

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from evaluate.report import CONDITION_COLUMNS, _ci, _fmt
+from memstate.evaluate.report import CONDITION_COLUMNS, _ci, _fmt
 
 
 def load_report(path: str | Path) -> dict:

@@ -23,14 +23,14 @@ by the scorer's own parser. Metric definitions:
 - **format / leak rates, rule words**: of the states written in that condition (a state failing the format is not
   used: the instance is answered without rules).
 
-CIs resample groups, not instances (``evaluate.stats``); a record without ``group`` is its own group.
+CIs resample groups, not instances (``memstate.evaluate.stats``); a record without ``group`` is its own group.
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
 
-from evaluate.stats import mean_ci, paired_difference_ci
+from memstate.evaluate.stats import mean_ci, paired_difference_ci
 
 STATE_CONDITIONS = ("self_guide", "checkpoint", "self_recheck")
 

@@ -27,18 +27,18 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import torch
+from memstate.evaluate.report import render_markdown, render_png, summarize
+from memstate.reward.judge import Judgement, judge
+from memstate.reward.score import parse_choice
 from tqdm import tqdm
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from evaluate.report import render_markdown, render_png, summarize
 from memstate.data import load_split, manifest_sha256
 from memstate.leak import leaks_answer
 from memstate.prompts import PROMPT_VERSION, SELF_RECHECK_RULES, policy_messages, responder_messages
 from memstate.responder import TransformersResponder
 from memstate.rules import FormatError, parse_state
 from memstate.schema import Instance, option_letters
-from reward.judge import Judgement, judge
-from reward.score import parse_choice
 
 logger = logging.getLogger("memstate.evaluate")
 
@@ -109,7 +109,7 @@ def generate_states(checkpoint: Path, instances: list[Instance], config: EvalCon
 
 def api_states(url: str, api_key: str | None, instances: list[Instance]) -> list[str]:
     """Checkpoint states from a running reasoning-state API (``memstate serve api``): the deployed path."""
-    from serve.client import ReasoningStateClient
+    from memstate.serve.client import ReasoningStateClient
 
     with ReasoningStateClient(url, api_key=api_key) as client:
         return [client.for_instance(inst).text for inst in tqdm(instances, desc="states via API", unit="instance")]

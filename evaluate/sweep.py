@@ -1,7 +1,7 @@
 """``memstate eval sweep``: the reasoning-state policy on top of every memory system (cross-system transfer).
 
 The policy is meant to sit on top of *any* memory system. For each memory backend (``naive``, ``evomem``, ``clag``,
-``memsearch``; ``memory.retrieve``) the same MemSyco-Bench rows are run through ``evaluate_memsyco`` with
+``memsearch``; ``memstate.memory.retrieve``) the same MemSyco-Bench rows are run through ``evaluate_memsyco`` with
 ``memory_backend`` set — the row's dialogue is ingested into its own store, the backend retrieves the facts for the
 question — and answered by the same frozen responder without a state (``no_state``) and with the checkpoint's
 states (``checkpoint``), each answer labelled by the benchmark's LLM judge. Per backend the report is under
@@ -9,7 +9,7 @@ states (``checkpoint``), each answer labelled by the benchmark's LLM judge. Per 
 
 The gain of the policy on a backend is pass(checkpoint) − pass(no_state) over the rows judged in both conditions
 (paired: the same row, the same retrieved facts), with a paired percentile-bootstrap 95% CI
-(``evaluate.stats.paired_difference_ci``); pass rates in the table are over those same paired rows. Written:
+(``memstate.evaluate.stats.paired_difference_ci``); pass rates in the table are over those same paired rows. Written:
 ``sweep.json`` (every figure, overall and per task, plus the settings), ``sweep.md`` (the table) and ``sweep.png``
 (pass rates per backend and condition; the gain per backend with its CI).
 """
@@ -22,8 +22,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from evaluate.memsyco.run import MemSycoEvalConfig, evaluate_memsyco
-from evaluate.stats import paired_difference_ci
+from memstate.evaluate.memsyco.run import MemSycoEvalConfig, evaluate_memsyco
+from memstate.evaluate.stats import paired_difference_ci
 
 logger = logging.getLogger("memstate.evaluate.sweep")
 

@@ -3,10 +3,10 @@ extractor, every proposal validated, sessions committed atomically), relation-aw
 dense baseline (NaiveRAG), agent-driven clustering (CLAG) and seed-fragment-path search (MemSearch-o1), returning facts
 and relational state in the Instance shapes of DESIGN.md."""
 
-from memory.clag import ClagConfig, ClagMemory, clag_memory
-from memory.embed import Embedder, HashEmbedder, SentenceTransformerEmbedder, default_embedder
-from memory.extract import Extractor, ExtractorError, LLMExtractor, RuleExtractor
-from memory.ingest import (
+from memstate.memory.clag import ClagConfig, ClagMemory, clag_memory
+from memstate.memory.embed import Embedder, HashEmbedder, SentenceTransformerEmbedder, default_embedder
+from memstate.memory.extract import Extractor, ExtractorError, LLMExtractor, RuleExtractor
+from memstate.memory.ingest import (
     IngestError,
     memsyco_file_sessions,
     memsyco_sessions,
@@ -14,11 +14,11 @@ from memory.ingest import (
     read_dialogue_jsonl,
     read_sessions,
 )
-from memory.llm_client import ChatJSON, LLMError
-from memory.memsearch import MemSearchConfig, contribution, greedy_path, memsearch
-from memory.records import IngestReport, Proposal, Session, StoredFact, Turn
-from memory.retrieve import BACKENDS, Retrieved, retrieve
-from memory.store import MemoryStore, StoreError
+from memstate.memory.llm_client import ChatJSON, LLMError
+from memstate.memory.memsearch import MemSearchConfig, contribution, greedy_path, memsearch
+from memstate.memory.records import IngestReport, Proposal, Session, StoredFact, Turn
+from memstate.memory.retrieve import BACKENDS, Retrieved, retrieve
+from memstate.memory.store import MemoryStore, StoreError
 
 __all__ = [
     "BACKENDS",

@@ -10,11 +10,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from memory.retrieve import Retrieved, retrieve
-from memory.store import MemoryStore
+from memstate.memory.retrieve import Retrieved, retrieve
+from memstate.memory.store import MemoryStore
+from memstate.serve.client import ReasoningStateClient, payload
+
 from memstate.prompts import responder_request_messages
 from memstate.responder import Responder
-from serve.client import ReasoningStateClient, payload
 
 
 @dataclass(frozen=True)

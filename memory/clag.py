@@ -67,11 +67,10 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import numpy as np
-
-from memory.embed import normalize
-from memory.llm_client import ChatJSON, LLMError
-from memory.rule_extractor import topic
-from memory.store import MemoryStore, fact_id, fact_num
+from memstate.memory.embed import normalize
+from memstate.memory.llm_client import ChatJSON, LLMError
+from memstate.memory.rule_extractor import topic
+from memstate.memory.store import MemoryStore, fact_id, fact_num
 
 logger = logging.getLogger("memstate.memory")
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import sqlite3
 from collections.abc import Callable
 
-from memory.records import CONCEPT_OPS, ConceptEdit
+from memstate.memory.records import CONCEPT_OPS, ConceptEdit
 
 MAX_NAME_CHARS = 80
 

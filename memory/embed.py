@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Protocol, runtime_checkable
 import numpy as np
 
 if TYPE_CHECKING:
-    from memory.onnx_encoder import OnnxSentenceEncoder
+    from memstate.memory.onnx_encoder import OnnxSentenceEncoder
 
 logger = logging.getLogger(__name__)
 
@@ -90,7 +90,7 @@ class SentenceTransformerEmbedder:
                 device = "cpu" if self.runtime == "onnx" else self.device
                 self._model = SentenceTransformer(path, device=device, local_files_only=local)
                 if self.runtime == "onnx" or (self.runtime == "auto" and self._model.device.type == "cpu"):
-                    from memory.onnx_encoder import OnnxSentenceEncoder  # imports torch: only when embedding
+                    from memstate.memory.onnx_encoder import OnnxSentenceEncoder  # imports torch: only when embedding
 
                     try:
                         self._onnx = OnnxSentenceEncoder(self._model)

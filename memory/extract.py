@@ -2,9 +2,9 @@
 
 An extractor reads one session (its turns) and the stored facts most related to it (``context``, chosen by the
 store) and proposes new atomic facts, concept edits and relation edges. It writes nothing: the store checks every
-proposal (``memory.validate``) and commits the session atomically.
+proposal (``memstate.memory.validate``) and commits the session atomically.
 
-- ``RuleExtractor`` (``memory.rule_extractor``): no model; the embedded default and a baseline.
+- ``RuleExtractor`` (``memstate.memory.rule_extractor``): no model; the embedded default and a baseline.
 - ``LLMExtractor`` (``memory.llm_extractor``): an OpenAI-compatible endpoint with JSON-schema output; production.
 """
 
@@ -13,9 +13,15 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Protocol, runtime_checkable
 
-from memory.llm_extractor import EXTRACT_PROMPT_VERSION, PROPOSAL_SCHEMA, ExtractorError, LLMExtractor, parse_reply
-from memory.records import ConceptEdit, FactProposal, Proposal, RelationProposal, StoredFact, Turn
-from memory.rule_extractor import RuleExtractor
+from memstate.memory.llm_extractor import (
+    EXTRACT_PROMPT_VERSION,
+    PROPOSAL_SCHEMA,
+    ExtractorError,
+    LLMExtractor,
+    parse_reply,
+)
+from memstate.memory.records import ConceptEdit, FactProposal, Proposal, RelationProposal, StoredFact, Turn
+from memstate.memory.rule_extractor import RuleExtractor
 
 
 @runtime_checkable

@@ -6,7 +6,7 @@
   session, identified by its content). Blank lines are skipped.
 - ``memsyco_sessions``: a MemSyco-Bench row's dialogue, whole or in sessions of ``turns_per_session`` turns.
 - ``memsyco_file_sessions``: every row of a MemSyco-Bench JSONL file (read directly: ``memory`` does not import
-  ``evaluate``; ``evaluate.memsyco.load_memsyco`` validates rows against the benchmark's schema).
+  ``evaluate``; ``memstate.evaluate.memsyco.load_memsyco`` validates rows against the benchmark's schema).
 - ``personamem_sessions``: a PersonaMem shared-contexts JSONL (``{"<context id>": [{"role", "content"}, …]}`` per
   line; one context is one user's history): its user and assistant turns, ``User:`` / ``Assistant:`` prefixes
   stripped, system turns (the persona card) left out, in sessions of ``turns_per_session`` turns.
@@ -26,7 +26,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from memory.records import TURN_ROLES, Session, Turn
+from memstate.memory.records import TURN_ROLES, Session, Turn
 
 _SPEAKER = re.compile(r"^\s*(?:user|assistant)\s*:\s*", re.IGNORECASE)
 _MISSING = object()

@@ -1,6 +1,6 @@
 """A small JSON chat client for the memory backends' LLM decisions (CLAG's router, profiles and cluster choice;
 MemSearch-o1's fragment extraction and sub-queries): any OpenAI-compatible ``/v1/chat/completions`` endpoint, asked
-for JSON through ``response_format: json_schema``, with httpx like ``memory.llm_extractor``.
+for JSON through ``response_format: json_schema``, with httpx like ``memstate.memory.llm_extractor``.
 
 Transport errors, 429 and 5xx are retried with backoff; a reply that is not JSON or breaks the schema is retried
 too. When every attempt failed, ``LLMError`` says why — the callers then fall back to their rule-based decision and

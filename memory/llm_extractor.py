@@ -15,9 +15,8 @@ from collections.abc import Sequence
 from typing import Any
 
 import jsonschema_rs
-
-from memory.llm_client import ChatJSON, LLMError, parse_json_reply
-from memory.records import (
+from memstate.memory.llm_client import ChatJSON, LLMError, parse_json_reply
+from memstate.memory.records import (
     CONCEPT_OPS,
     FACT_RELATIONS,
     MAX_FACTS_PER_SESSION,

@@ -56,12 +56,11 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 import numpy as np
-
-from memory.embed import normalize
-from memory.llm_client import ChatJSON, LLMError
-from memory.rule_extractor import sentences
-from memory.seeds import Seed, SeedExtractor, default_seed_extractor, seed_matches
-from memory.store import MemoryStore, fact_num
+from memstate.memory.embed import normalize
+from memstate.memory.llm_client import ChatJSON, LLMError
+from memstate.memory.rule_extractor import sentences
+from memstate.memory.seeds import Seed, SeedExtractor, default_seed_extractor, seed_matches
+from memstate.memory.store import MemoryStore, fact_num
 
 MEMSEARCH_PROMPT_VERSION = "ms-memsearch-v1"
 

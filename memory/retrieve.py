@@ -26,11 +26,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+from memstate.memory.clag import ClagConfig, clag_memory
+from memstate.memory.llm_client import ChatJSON
+from memstate.memory.memsearch import MemSearchConfig, memsearch
+from memstate.memory.store import MemoryStore
 
-from memory.clag import ClagConfig, clag_memory
-from memory.llm_client import ChatJSON
-from memory.memsearch import MemSearchConfig, memsearch
-from memory.store import MemoryStore
 from memstate.schema import Fact, Relation
 
 BACKENDS = ("evomem", "naive", "clag", "memsearch")

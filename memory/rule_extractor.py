@@ -27,9 +27,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
-
-from memory.embed import Embedder
-from memory.records import (
+from memstate.memory.embed import Embedder
+from memstate.memory.records import (
     MAX_FACTS_PER_SESSION,
     ConceptEdit,
     FactProposal,

@@ -10,7 +10,7 @@ Schema versions are additive: version 2 adds CLAG's cluster organisation (``clag
 a store of a newer version is refused. Facts, their vectors and relations stay immutable in every version.
 
 A session is committed in ONE transaction — its row, its facts, their vectors, its relations and concept edits —
-after the extractor's proposal was checked (``memory.validate``). The file is in WAL mode with
+after the extractor's proposal was checked (``memstate.memory.validate``). The file is in WAL mode with
 ``synchronous=NORMAL``: a process killed at any point leaves every committed session intact and no trace of the
 one in flight (an OS crash or power loss may lose the last commits, never consistency).
 
@@ -38,11 +38,10 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
-
-from memory.concepts import ConceptTree
-from memory.embed import Embedder, default_embedder, embedder_from_name, normalize
-from memory.extract import Extractor
-from memory.records import (
+from memstate.memory.concepts import ConceptTree
+from memstate.memory.embed import Embedder, default_embedder, embedder_from_name, normalize
+from memstate.memory.extract import Extractor
+from memstate.memory.records import (
     FACT_RELATIONS,
     MEMORY_KINDS,
     MEMORY_SCOPES,
@@ -56,7 +55,7 @@ from memory.records import (
     StoredFact,
     Turn,
 )
-from memory.validate import STORED_ID, check_facts, check_relations
+from memstate.memory.validate import STORED_ID, check_facts, check_relations
 
 logger = logging.getLogger("memstate.memory")
 
@@ -253,7 +252,7 @@ class MemoryStore:
             self._db.close()
             raise
         self._index = _Index()
-        self.extensions: dict[str, object] = {}  # per-store state of retrieval backends (memory.clag)
+        self.extensions: dict[str, object] = {}  # per-store state of retrieval backends (memstate.memory.clag)
         self._sync()
 
     # ---- opening ---------------------------------------------------------------------------------------------
@@ -290,7 +289,7 @@ class MemoryStore:
 
     @property
     def db(self) -> sqlite3.Connection:
-        """The SQLite connection, for backends that keep their own tables (``memory.clag``); facts, vectors and
+        """The SQLite connection, for backends that keep their own tables (``memstate.memory.clag``); facts, vectors and
         relations refuse UPDATE and DELETE whoever asks."""
         return self._db
 

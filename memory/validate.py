@@ -19,7 +19,7 @@ from collections import defaultdict
 from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass, field
 
-from memory.records import (
+from memstate.memory.records import (
     FACT_RELATIONS,
     MAX_FACTS_PER_SESSION,
     MEMORY_KINDS,

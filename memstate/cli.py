@@ -21,7 +21,7 @@ def _tiny_models(args: argparse.Namespace) -> None:
 
 
 def _build_data(args: argparse.Namespace) -> None:
-    from data_build.build import build_data, load_data_config
+    from memstate.data_build.build import build_data, load_data_config
 
     overrides = ({"skip_invalid": True} if args.skip_invalid else {}) | (
         {"shortcut_probe": "warn"} if args.warn_on_shortcuts else {}
@@ -42,15 +42,15 @@ def _build_data(args: argparse.Namespace) -> None:
 
 
 def _train(args: argparse.Namespace, rest: list[str]) -> None:
-    from train.config import parse_train_args
-    from train.run import train
+    from memstate.train.config import parse_train_args
+    from memstate.train.run import train
 
     if args.dry_run:
         # Only device and precision are relaxed so a GPU config validates on CPU; the arithmetic does not use them.
         rest = [*rest, "--use_cpu", "true", "--bf16", "false"]
     script_args, grpo_config = parse_train_args(["--config", args.config, *rest])
     if args.dry_run:
-        from train.dry_run import dry_run
+        from memstate.train.dry_run import dry_run
 
         world_size = args.world_size or int(os.environ.get("WORLD_SIZE", 1))
         report = dry_run(script_args, grpo_config, world_size)
@@ -64,7 +64,7 @@ def _train(args: argparse.Namespace, rest: list[str]) -> None:
 
 def _reward(args: argparse.Namespace) -> None:
     from memstate.responder import make_responder
-    from reward.precompute import precompute_baselines
+    from memstate.reward.precompute import precompute_baselines
 
     http = {"concurrency": args.concurrency} if args.url else {}
     responder = make_responder(args.responder, args.url, batch_size=args.batch_size, **http)
@@ -78,14 +78,14 @@ def _reward(args: argparse.Namespace) -> None:
 
 def _eval(args: argparse.Namespace) -> None:
     if args.eval_command == "compare":
-        from evaluate.compare import compare_runs
+        from memstate.evaluate.compare import compare_runs
 
         out = compare_runs(args.runs, args.out)
         print((out / "compare.md").read_text())
         print(f"chart: {out / 'compare.png'}")
         return
     if args.eval_command in ("memsyco", "sweep"):
-        from evaluate.memsyco import JudgeConfig, MemSycoEvalConfig, evaluate_memsyco
+        from memstate.evaluate.memsyco import JudgeConfig, MemSycoEvalConfig, evaluate_memsyco
 
         judge = JudgeConfig(
             url=args.judge_url,
@@ -111,7 +111,7 @@ def _eval(args: argparse.Namespace) -> None:
             relations="gold" if getattr(args, "gold_relations", False) else "pipeline",
         )
         if args.eval_command == "sweep":
-            from evaluate.sweep import SweepConfig, run_sweep
+            from memstate.evaluate.sweep import SweepConfig, run_sweep
 
             evaluation.policy_max_new_tokens = args.policy_max_new_tokens
             evaluation.answer_max_tokens = args.answer_max_tokens
@@ -122,7 +122,7 @@ def _eval(args: argparse.Namespace) -> None:
         out = evaluate_memsyco(evaluation)
         print((out / "memsyco_report.md").read_text())
         return
-    from evaluate.run import EvalConfig, evaluate_checkpoint
+    from memstate.evaluate.run import EvalConfig, evaluate_checkpoint
 
     if not args.checkpoint:
         raise SystemExit("memstate eval: --checkpoint is required (or a subcommand: compare)")
@@ -151,11 +151,11 @@ def _eval(args: argparse.Namespace) -> None:
 
 
 def _memory(args: argparse.Namespace) -> None:
-    from memory.store import MemoryStore
+    from memstate.memory.store import MemoryStore
 
     if args.memory_command == "ingest":
-        from memory.extract import LLMExtractor, RuleExtractor
-        from memory.ingest import read_sessions
+        from memstate.memory.extract import LLMExtractor, RuleExtractor
+        from memstate.memory.ingest import read_sessions
 
         extractor = (
             LLMExtractor(args.extractor_url, args.extractor_model) if args.extractor == "llm" else RuleExtractor()
@@ -172,9 +172,9 @@ def _memory(args: argparse.Namespace) -> None:
                     logging.getLogger("memstate.memory").warning("session %s: rejected %s", session_id, rejected)
         print(json.dumps(totals))
         return
-    from memory.answer import ask
+    from memstate.memory.answer import ask
     from memstate.responder import make_responder
-    from serve.client import ReasoningStateClient
+    from memstate.serve.client import ReasoningStateClient
 
     if not args.no_state and not args.api_url:
         raise SystemExit("memstate memory ask: give --api-url (the reasoning-state API) or --no-state")
@@ -200,7 +200,7 @@ def _memory(args: argparse.Namespace) -> None:
 
 def _serve(args: argparse.Namespace, rest: list[str]) -> None:
     if args.serve_command == "policy":
-        from serve.policy import PolicyServerConfig, serve_policy
+        from memstate.serve.policy import PolicyServerConfig, serve_policy
 
         fields = ("model", "host", "port", "served_model_name", "dtype", "max_model_len", "tensor_parallel_size",
                   "gpu_memory_utilization", "seed", "vllm_python")  # fmt: skip
@@ -210,7 +210,7 @@ def _serve(args: argparse.Namespace, rest: list[str]) -> None:
     import uvicorn
     from trl import TrlParser
 
-    from serve.api import ApiConfig, create_app
+    from memstate.serve.api import ApiConfig, create_app
 
     argv = (["--config", args.config] if args.config else []) + rest
     (config,) = TrlParser((ApiConfig,)).parse_args_and_config(argv)

@@ -20,9 +20,10 @@ import threading
 from pathlib import Path
 from typing import NamedTuple
 
+from memstate.reward.judge import EXACT_MAX_NEW_TOKENS, Judgement
+
 from memstate.prompts import PROMPT_VERSION, responder_messages
 from memstate.schema import Instance, option_letters
-from reward.judge import EXACT_MAX_NEW_TOKENS, Judgement
 
 
 class CacheKey(NamedTuple):

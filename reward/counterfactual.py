@@ -4,7 +4,7 @@
 
 The dataset rows carry the Instance fields as columns; TRL passes them to the reward function as lists.
 Order of work per call: gates (no responder call for a gated state) → baselines (cache first, keyed by a hash of
-the exact no-state request and the responder's identity, not by instance id: see reward.cache) → one responder
+the exact no-state request and the responder's identity, not by instance id: see memstate.reward.cache) → one responder
 prompt per distinct (instance, state) → gains. A completion whose state or baseline the responder could not
 score gets ``None``, which TRL leaves out of the advantage; training goes on and the count is logged.
 """
@@ -14,12 +14,13 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 
+from memstate.reward.cache import BaselineCache, CacheKey, baseline_key
+from memstate.reward.judge import MODES, Judgement, judge
+
 from memstate.leak import leaks_answer
 from memstate.responder import Responder
 from memstate.rules import FormatError, parse_state
 from memstate.schema import Instance
-from reward.cache import BaselineCache, CacheKey, baseline_key
-from reward.judge import MODES, Judgement, judge
 
 INSTANCE_FIELDS = tuple(f.name for f in fields(Instance))
 

@@ -17,10 +17,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from memstate.reward.score import choice_score, continuation_probability, f1_score, option_probability
+
 from memstate.prompts import responder_messages
 from memstate.responder import Responder
 from memstate.schema import Instance, option_letters
-from reward.score import choice_score, continuation_probability, f1_score, option_probability
 
 MODES = ("likelihood", "exact")
 EXACT_MAX_NEW_TOKENS = 16  # a letter, or a short free answer

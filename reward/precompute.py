@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import logging
 
+from memstate.reward.cache import BaselineCache
+from memstate.reward.counterfactual import CounterfactualGainReward, RewardConfig
 from tqdm import tqdm
 
 from memstate.data import load_split
 from memstate.responder import Responder
-from reward.cache import BaselineCache
-from reward.counterfactual import CounterfactualGainReward, RewardConfig
 
 logger = logging.getLogger("memstate.reward")
 

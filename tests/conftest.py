@@ -3,8 +3,8 @@
 from pathlib import Path
 
 import pytest
+from memstate.data_build.build import build_data, load_data_config
 
-from data_build.build import build_data, load_data_config
 from memstate.data import load_split
 from memstate.tiny_models import build_tiny_models
 

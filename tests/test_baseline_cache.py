@@ -6,15 +6,15 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from memstate.data_build.build import build_data, load_data_config
+from memstate.reward.cache import BaselineCache, CacheKey, baseline_key, baseline_request, request_digest
+from memstate.reward.judge import Judgement, exact_judgements, likelihood_judgements
+from memstate.reward.precompute import precompute_baselines
 
-from data_build.build import build_data, load_data_config
 from memstate.data import SPLITS, load_split
 from memstate.prompts import responder_messages
 from memstate.responder import ContinuationLogprob, TransformersResponder
 from memstate.schema import option_letters
-from reward.cache import BaselineCache, CacheKey, baseline_key, baseline_request, request_digest
-from reward.judge import Judgement, exact_judgements, likelihood_judgements
-from reward.precompute import precompute_baselines
 
 TINY = Path(__file__).resolve().parents[1] / "configs" / "data" / "tiny.yaml"
 

@@ -10,13 +10,13 @@ from pathlib import Path
 
 import pytest
 from datasets import load_from_disk
+from memstate.data_build import fever
+from memstate.data_build.build import DataConfig, build_data, load_data_config, resolve_path
+from memstate.data_build.conflict import PERSPECTIVE_KINDS, TEMPLATES, user_memory_text
+from memstate.data_build.labels import LABELS, claim_question
+from memstate.data_build.records import DataError, SkipLog
+from memstate.data_build.splits import assign_splits, split_sizes
 
-from data_build import fever
-from data_build.build import DataConfig, build_data, load_data_config, resolve_path
-from data_build.conflict import PERSPECTIVE_KINDS, TEMPLATES, user_memory_text
-from data_build.labels import LABELS, claim_question
-from data_build.records import DataError, SkipLog
-from data_build.splits import assign_splits, split_sizes
 from memstate.data import SPLITS, load_split
 from memstate.schema import Instance
 

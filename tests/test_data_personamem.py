@@ -12,9 +12,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from memstate.data_build import personamem
+from memstate.data_build.records import SKIP_DUPLICATE, SKIP_INVALID, SKIP_UNRESOLVED, DataError, SkipLog
 
-from data_build import personamem
-from data_build.records import SKIP_DUPLICATE, SKIP_INVALID, SKIP_UNRESOLVED, DataError, SkipLog
 from memstate.schema import TASKS, Instance, option_letters, stable_id
 
 ROOT = Path(__file__).resolve().parents[1]

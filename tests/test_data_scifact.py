@@ -9,10 +9,9 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-
-from data_build import scifact
-from data_build.labels import LABELS
-from data_build.records import (
+from memstate.data_build import scifact
+from memstate.data_build.labels import LABELS
+from memstate.data_build.records import (
     SKIP_DUPLICATE,
     SKIP_INVALID,
     SKIP_UNLABELED,

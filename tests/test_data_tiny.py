@@ -6,9 +6,9 @@ from collections import defaultdict
 from pathlib import Path
 
 import pytest
+from memstate.data_build.build import build_data, load_data_config
+from memstate.data_build.records import DataError
 
-from data_build.build import build_data, load_data_config
-from data_build.records import DataError
 from memstate.cli import main
 from memstate.data import SPLITS, load_split
 

@@ -7,16 +7,16 @@ import math
 import random
 
 import pytest
+from memstate.evaluate.compare import compare_runs
+from memstate.evaluate.report import condition_metrics, differences, render_markdown, render_png, summarize
+from memstate.evaluate.run import answer_record, instance_record
+from memstate.evaluate.stats import paired_difference_ci
+from memstate.reward.judge import Judgement
+from memstate.reward.score import choice_score
 from PIL import Image
 
-from evaluate.compare import compare_runs
-from evaluate.report import condition_metrics, differences, render_markdown, render_png, summarize
-from evaluate.run import answer_record, instance_record
-from evaluate.stats import paired_difference_ci
 from memstate.cli import main
 from memstate.schema import Fact, Instance
-from reward.judge import Judgement
-from reward.score import choice_score
 
 CONDITIONS = ["no_state", "self_guide", "checkpoint"]
 LABELS = ("supported", "refuted", "not enough info")  # letters A, B, C

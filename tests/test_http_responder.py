@@ -4,10 +4,10 @@ import math
 
 import pytest
 from fake_openai_server import FaultyOpenAIServer
+from memstate.reward.counterfactual import CounterfactualGainReward, RewardConfig
 
 from memstate.http_responder import OpenAIResponder, ResponderUnavailable
 from memstate.prompts import responder_messages
-from reward.counterfactual import CounterfactualGainReward, RewardConfig
 
 STATE = "- Weigh the evidence against the user's view.\n- Answer from the evidence facts only."
 

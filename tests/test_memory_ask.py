@@ -16,15 +16,15 @@ from pathlib import Path
 import httpx
 import pytest
 from chat_server import ChatServer, TinyChatModel, live_app
+from memstate.memory import MemoryStore, retrieve
+from memstate.memory.answer import ask
+from memstate.serve.api import ApiConfig, create_app
+from memstate.serve.client import ReasoningStateClient
+from memstate.serve.policy import free_port
 
-from memory import MemoryStore, retrieve
-from memory.answer import ask
 from memstate.cli import main
 from memstate.prompts import STATE_HEADER
 from memstate.responder import TransformersResponder
-from serve.api import ApiConfig, create_app
-from serve.client import ReasoningStateClient
-from serve.policy import free_port
 
 ROOT = Path(__file__).resolve().parents[1]
 MEMSYCO = Path(os.environ.get("MEMSYCO_DATA", ROOT.parent / "shared" / "data" / "memsyco"))
@@ -81,8 +81,8 @@ def test_the_rules_reach_the_responder(tiny_models, one_row, tmp_path):
                     return super().answer(prompts, max_new_tokens=4)
 
             with MemoryStore(tmp_path / "s.sqlite") as store, ReasoningStateClient(api_url) as client:
-                from memory import RuleExtractor
-                from memory.ingest import read_sessions
+                from memstate.memory import RuleExtractor
+                from memstate.memory.ingest import read_sessions
 
                 for session_id, turns in read_sessions(path, "memsyco"):
                     store.ingest_session(turns, RuleExtractor(), session_id=session_id)

@@ -13,11 +13,10 @@ from dataclasses import replace
 import numpy as np
 import pytest
 from chat_server import ChatServer
-
-from memory import ChatJSON, ClagConfig, ClagMemory, MemoryStore, Turn, clag_memory, retrieve
-from memory.embed import normalize
-from memory.records import FactProposal, Proposal
-from memory.store import SCHEMA_VERSION, StoreError
+from memstate.memory import ChatJSON, ClagConfig, ClagMemory, MemoryStore, Turn, clag_memory, retrieve
+from memstate.memory.embed import normalize
+from memstate.memory.records import FactProposal, Proposal
+from memstate.memory.store import SCHEMA_VERSION, StoreError
 
 TOPICS = {"tea": 0, "car": 1, "volvo": 1, "moon": 2, "jazz": 3}
 

@@ -13,8 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
-
-from memory import HashEmbedder, MemoryStore, RuleExtractor, Turn, retrieve
+from memstate.memory import HashEmbedder, MemoryStore, RuleExtractor, Turn, retrieve
 
 ROOT = Path(__file__).resolve().parents[1]
 SESSIONS = 6
@@ -24,7 +23,7 @@ CHILD = textwrap.dedent(
     """
     import sys, time
     from pathlib import Path
-    from memory import HashEmbedder, MemoryStore, RuleExtractor, Turn
+    from memstate.memory import HashEmbedder, MemoryStore, RuleExtractor, Turn
 
     path, ready, mode = sys.argv[1], Path(sys.argv[2]), sys.argv[3]
     stop_after, sessions, per = map(int, sys.argv[4:7])

@@ -3,9 +3,8 @@ and reused from the cache, and a broken cached export removed instead of loaded 
 
 import numpy as np
 import pytest
-
-from memory import onnx_encoder
-from memory.embed import SentenceTransformerEmbedder
+from memstate.memory import onnx_encoder
+from memstate.memory.embed import SentenceTransformerEmbedder
 
 TEXTS = [
     "What drink does the user prefer in the morning these days?",

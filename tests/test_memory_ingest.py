@@ -9,10 +9,9 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-
-from evaluate.memsyco import load_memsyco
-from evaluate.memsyco.data import to_instance
-from memory import (
+from memstate.evaluate.memsyco import load_memsyco
+from memstate.evaluate.memsyco.data import to_instance
+from memstate.memory import (
     HashEmbedder,
     IngestError,
     MemoryStore,
@@ -26,6 +25,7 @@ from memory import (
     read_sessions,
     retrieve,
 )
+
 from memstate.prompts import policy_messages, responder_messages
 from memstate.schema import Instance
 

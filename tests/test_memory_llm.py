@@ -7,9 +7,8 @@ import json
 
 import pytest
 from chat_server import ChatServer
-
-from memory import HashEmbedder, LLMExtractor, MemoryStore, Turn, retrieve
-from memory.extract import PROPOSAL_SCHEMA, ExtractorError
+from memstate.memory import HashEmbedder, LLMExtractor, MemoryStore, Turn, retrieve
+from memstate.memory.extract import PROPOSAL_SCHEMA, ExtractorError
 
 
 def scripted(replies: list) -> ChatServer:

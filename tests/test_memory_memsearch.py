@@ -13,10 +13,18 @@ import re
 import numpy as np
 import pytest
 from chat_server import ChatServer
-
-from memory import ChatJSON, MemoryStore, MemSearchConfig, RuleExtractor, Turn, contribution, greedy_path, retrieve
-from memory.embed import normalize
-from memory.seeds import SeedExtractor, default_seed_extractor
+from memstate.memory import (
+    ChatJSON,
+    MemoryStore,
+    MemSearchConfig,
+    RuleExtractor,
+    Turn,
+    contribution,
+    greedy_path,
+    retrieve,
+)
+from memstate.memory.embed import normalize
+from memstate.memory.seeds import SeedExtractor, default_seed_extractor
 
 # ---- scoring, by hand ------------------------------------------------------------------------------------------
 #

@@ -7,10 +7,9 @@ import sqlite3
 from dataclasses import dataclass
 
 import pytest
-
-from memory import HashEmbedder, MemoryStore, RuleExtractor, StoreError, Turn, retrieve
-from memory.records import ConceptEdit, FactProposal, Proposal, RelationProposal
-from memory.rule_extractor import fact_kind
+from memstate.memory import HashEmbedder, MemoryStore, RuleExtractor, StoreError, Turn, retrieve
+from memstate.memory.records import ConceptEdit, FactProposal, Proposal, RelationProposal
+from memstate.memory.rule_extractor import fact_kind
 
 TABLES = ("sessions", "facts", "fact_vectors", "relations", "concepts", "concept_facts")
 
@@ -278,8 +277,7 @@ def test_rule_extractor_kinds_and_skips():
 def test_split_scan_finds_the_same_nearest_facts(tmp_path, monkeypatch):
     """Above ``_SPLIT_SCAN_ROWS`` facts the scan runs in two halves at once; it must rank exactly as one pass."""
     import numpy as np
-
-    from memory import store as store_module
+    from memstate.memory import store as store_module
 
     texts = [f"I like blue {w} number {i}." for i, w in enumerate(["tea", "cake", "kites", "maps"] * 30)]
     with MemoryStore(tmp_path / "split.db", HashEmbedder(64)) as s:

@@ -13,8 +13,7 @@ from pathlib import Path
 import jsonschema_rs
 import pytest
 from chat_server import ChatServer, TinyChatModel
-
-from evaluate.memsyco import (
+from memstate.evaluate.memsyco import (
     JUDGES,
     JudgeConfig,
     JudgeUnavailable,
@@ -34,6 +33,7 @@ from evaluate.memsyco import (
     relation_agreement,
     to_instance,
 )
+
 from memstate.schema import Instance, Relation
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -463,7 +463,7 @@ def test_memory_backend_replaces_the_gold_memory_with_retrieved_facts(tiny_model
     report = json.loads((tmp_path / "memsyco_report.json").read_text())
     assert report["data"]["memory_backend"] == "evomem" and (tmp_path / "stores").is_dir()
     assert report["metrics"]["no_state"]["by_task"][VMS_TASK]["pass_rate"] == 1.0
-    from evaluate.memsyco.run import MemSycoEvalConfig, pipeline_instance
+    from memstate.evaluate.memsyco.run import MemSycoEvalConfig, pipeline_instance
 
     row = load_memsyco(VMS)[0]
     config = MemSycoEvalConfig(data=[str(VMS)], responder_model="r", judge=None, out_dir=str(tmp_path / "p"),

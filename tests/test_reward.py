@@ -1,11 +1,11 @@
 import pytest
+from memstate.reward.cache import BaselineCache, baseline_key
+from memstate.reward.counterfactual import CounterfactualGainReward, RewardConfig
+from memstate.reward.judge import exact_judgements, likelihood_judgements
 
 from memstate.leak import leaks_answer
 from memstate.responder import TransformersResponder
 from memstate.rules import parse_state
-from reward.cache import BaselineCache, baseline_key
-from reward.counterfactual import CounterfactualGainReward, RewardConfig
-from reward.judge import exact_judgements, likelihood_judgements
 
 GOOD = "- Weigh the evidence in {ev} against the user's claim in {user}.\n- Answer from the evidence facts only."
 

@@ -1,8 +1,7 @@
 import math
 
 import pytest
-
-from reward.score import (
+from memstate.reward.score import (
     choice_score,
     continuation_probability,
     f1_score,

@@ -12,11 +12,11 @@ from dataclasses import asdict, replace
 import httpx
 import pytest
 from fastapi.testclient import TestClient
+from memstate.serve.api import ApiConfig, create_app
+from memstate.serve.policy import free_port
 
 from memstate.prompts import PROMPT_VERSION, policy_messages
 from memstate.schema import Fact, Instance, Relation
-from serve.api import ApiConfig, create_app
-from serve.policy import free_port
 
 GOOD = "- Prefer F2 over F1: F2 supersedes it.\n- Answer from the current memory only."
 BAD = "Sure! You live in Oslo."
@@ -274,7 +274,7 @@ def live_api():
 def test_sync_and_async_clients(live_api):
     import asyncio
 
-    from serve.client import AsyncReasoningStateClient, ReasoningStateClient, ReasoningStateError
+    from memstate.serve.client import AsyncReasoningStateClient, ReasoningStateClient, ReasoningStateError
 
     with ReasoningStateClient(live_api) as client:
         assert client.healthy()

@@ -6,9 +6,9 @@ import sys
 from pathlib import Path
 
 import pytest
+from memstate.data_build.build import build_data, load_data_config
+from memstate.data_build.probe import MARGIN, ShortcutError, run_probes
 
-from data_build.build import build_data, load_data_config
-from data_build.probe import MARGIN, ShortcutError, run_probes
 from memstate.schema import Fact, Instance
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -11,10 +11,9 @@ from pathlib import Path
 
 import pytest
 from chat_server import ChatServer
+from memstate.evaluate.stats import paired_difference_ci
+from memstate.evaluate.sweep import SWEEP_BACKENDS, policy_gain
 from PIL import Image
-
-from evaluate.stats import paired_difference_ci
-from evaluate.sweep import SWEEP_BACKENDS, policy_gain
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = Path(os.environ.get("MEMSYCO_DATA", ROOT.parent / "shared" / "data" / "memsyco"))

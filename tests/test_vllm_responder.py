@@ -15,9 +15,9 @@ from __future__ import annotations
 
 import pytest
 import torch
+from memstate.data_build.build import build_data, load_data_config
 from vllm_server import ROOT, SERVED_NAME, build_responder, http_json, vllm_server
 
-from data_build.build import build_data, load_data_config
 from memstate.data import load_split
 from memstate.prompts import responder_messages
 from memstate.responder import TransformersResponder
@@ -181,8 +181,9 @@ def test_http_endpoints_match_the_in_process_model(instances, local, server):
 
 def test_openai_responder_matches_the_transformers_responder(instances, local, server):
     """The reward's HTTP backend on the served weights judges exactly like the in-process backend."""
+    from memstate.reward.judge import exact_judgements, likelihood_judgements
+
     from memstate.http_responder import OpenAIResponder
-    from reward.judge import exact_judgements, likelihood_judgements
 
     remote = OpenAIResponder(server, SERVED_NAME, timeout=120.0, max_retries=1, concurrency=8)
     try:

@@ -16,8 +16,9 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from memstate.serve.policy import CPU_VLLM_PYTHON, PolicyServerConfig, free_port, start, stop_group, wait_healthy
+
 from memstate.tiny_models import build_tiny_models
-from serve.policy import CPU_VLLM_PYTHON, PolicyServerConfig, free_port, start, stop_group, wait_healthy
 
 ROOT = Path(__file__).resolve().parents[1]
 SERVED_NAME = "tiny-responder"

@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import math
 
+from memstate.train.config import MemstateTrainArguments
+from memstate.train.data import prompt_tokens
 from transformers import AutoTokenizer
 from trl import GRPOConfig
 
 from memstate.data import load_split
-from train.config import MemstateTrainArguments
-from train.data import prompt_tokens
 
 
 def batch_arithmetic(config: GRPOConfig, n_instances: int, world_size: int) -> dict[str, int]:

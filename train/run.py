@@ -15,6 +15,12 @@ from pathlib import Path
 
 import torch
 from accelerate.utils import gather_object
+from memstate.reward.cache import BaselineCache
+from memstate.reward.counterfactual import CounterfactualGainReward, RewardConfig
+from memstate.train.config import MemstateTrainArguments
+from memstate.train.curves import plot_training_curves
+from memstate.train.data import grpo_dataset
+from memstate.train.warmup import format_warmup
 from peft import LoraConfig, PeftModel
 from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
 from trl import GRPOConfig, GRPOTrainer
@@ -22,12 +28,6 @@ from trl import GRPOConfig, GRPOTrainer
 from memstate.data import load_split, manifest_sha256
 from memstate.prompts import PROMPT_VERSION
 from memstate.responder import make_responder, outside_zero3
-from reward.cache import BaselineCache
-from reward.counterfactual import CounterfactualGainReward, RewardConfig
-from train.config import MemstateTrainArguments
-from train.curves import plot_training_curves
-from train.data import grpo_dataset
-from train.warmup import format_warmup
 
 logger = logging.getLogger("memstate.train")
 

@@ -74,7 +74,7 @@ Modules: ``data`` (loading, rows to Instances), ``prompts`` (the five judge prom
 reply parsing, pass rules, the HTTP call), ``run`` (the evaluation and its report).
 """
 
-from evaluate.memsyco.data import (
+from memstate.evaluate.memsyco.data import (
     MemSycoError,
     MemSycoRow,
     gold_relations,
@@ -85,7 +85,7 @@ from evaluate.memsyco.data import (
     relation_agreement,
     to_instance,
 )
-from evaluate.memsyco.judge import (
+from memstate.evaluate.memsyco.judge import (
     JUDGES,
     JudgeConfig,
     JudgeResult,
@@ -96,7 +96,7 @@ from evaluate.memsyco.judge import (
     parse_judge_reply,
     passed_from_labels,
 )
-from evaluate.memsyco.run import MemSycoEvalConfig, evaluate_memsyco
+from memstate.evaluate.memsyco.run import MemSycoEvalConfig, evaluate_memsyco
 
 __all__ = [
     "JUDGES", "JudgeConfig", "JudgeResult", "JudgeUnavailable", "MemSycoError", "MemSycoEvalConfig", "MemSycoRow",

@@ -242,8 +242,8 @@ def pipeline_relations(row: MemSycoRow) -> tuple[Relation, ...]:
     a fresh in-memory store with the deployment extractor (``RuleExtractor``, as ``run.pipeline_instance``); the
     store checks and commits the proposal as at deployment. An edge between two facts of one item is dropped. The
     store's vectors play no part: it starts empty, so the extractor sees no stored context."""
-    from memory import MemoryStore, RuleExtractor, Turn
-    from memory.embed import HashEmbedder
+    from memstate.memory import MemoryStore, RuleExtractor, Turn
+    from memstate.memory.embed import HashEmbedder
 
     turns = [Turn("user", item["content"]) for item in row.memory_items]
     with MemoryStore(":memory:", HashEmbedder(64)) as store:

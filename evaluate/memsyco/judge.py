@@ -12,15 +12,15 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
-
-from evaluate.memsyco.data import MemSycoRow
-from evaluate.memsyco.prompts import (
+from memstate.evaluate.memsyco.data import MemSycoRow
+from memstate.evaluate.memsyco.prompts import (
     CONTEXTUAL_SCOPE_JUDGE_PROMPT,
     EVIDENCE_CONFLICT_JUDGE_PROMPT,
     OBJECTIVE_FACT_JUDGE_PROMPT,
     PERSONALIZED_JUDGE_PROMPT,
     VALID_MEMORY_JUDGE_PROMPT,
 )
+
 from memstate.prompts import Message
 from memstate.rules import strip_think
 

@@ -12,9 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-from tqdm import tqdm
-
-from evaluate.memsyco.data import (
+from memstate.evaluate.memsyco.data import (
     GOLD_RELATIONS_LABEL,
     PIPELINE_RELATIONS_LABEL,
     MemSycoError,
@@ -24,7 +22,9 @@ from evaluate.memsyco.data import (
     relation_agreement,
     to_instance,
 )
-from evaluate.memsyco.judge import JUDGES, JUDGING_SOURCE, JudgeConfig, JudgeResult, check_judge, judge_answer
+from memstate.evaluate.memsyco.judge import JUDGES, JUDGING_SOURCE, JudgeConfig, JudgeResult, check_judge, judge_answer
+from tqdm import tqdm
+
 from memstate.prompts import PROMPT_VERSION, Message, responder_messages
 from memstate.rules import FormatError, parse_state, strip_think
 from memstate.schema import Fact, Instance
@@ -98,7 +98,7 @@ def _answers(responder: Any, prompts: list[list[Message]], config: MemSycoEvalCo
 
 
 def _policy_states(config: MemSycoEvalConfig, instances: list[Instance]) -> tuple[list[str], dict[str, Any]]:
-    from evaluate.run import EvalConfig, generate_states, resolve_checkpoint
+    from memstate.evaluate.run import EvalConfig, generate_states, resolve_checkpoint
 
     checkpoint = resolve_checkpoint(config.checkpoint)
     meta_path = checkpoint / "memstate.json"
@@ -204,7 +204,7 @@ def render_markdown(report: dict[str, Any]) -> str:
 
 def memory_settings(config: MemSycoEvalConfig) -> tuple[Any, Any]:
     """The ``ClagConfig`` and ``MemSearchConfig`` this evaluation runs with."""
-    from memory import ClagConfig, MemSearchConfig
+    from memstate.memory import ClagConfig, MemSearchConfig
 
     clag = {"bootstrap_min": config.clag_bootstrap_min, **config.memory_options.get("clag", {})}
     return ClagConfig(**clag), MemSearchConfig(**config.memory_options.get("memsearch", {}))
@@ -216,7 +216,7 @@ def memory_llm(config: MemSycoEvalConfig) -> Any:
         return None
     if not config.memory_llm_model:
         raise ValueError("memory_llm_url needs memory_llm_model (the model name the server serves)")
-    from memory import ChatJSON
+    from memstate.memory import ChatJSON
 
     return ChatJSON(config.memory_llm_url, config.memory_llm_model)
 
@@ -239,8 +239,8 @@ def pipeline_instance(
     """``instance`` with the facts and relations the memory pipeline retrieves for its question after ingesting the
     row's dialogue (its own SQLite store under ``OUT/stores/``); the gold memory items are not given to it.
     ``meta["memory"]`` records the backend, the stored fact ids and how the backend decided (its trace, abridged)."""
-    from memory import MemoryStore, RuleExtractor, memsyco_sessions, retrieve
-    from memory.embed import embedder_from_name
+    from memstate.memory import MemoryStore, RuleExtractor, memsyco_sessions, retrieve
+    from memstate.memory.embed import embedder_from_name
 
     path = out_dir / "stores" / f"{instance.id}.sqlite"
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -312,7 +312,7 @@ def evaluate_memsyco(config: MemSycoEvalConfig) -> Path:
     )
     memory_info = None
     if config.memory_backend:
-        from memory import BACKENDS
+        from memstate.memory import BACKENDS
 
         if config.memory_backend not in BACKENDS:
             raise ValueError(f"memory_backend {config.memory_backend!r} is not one of {list(BACKENDS)}")

@@ -1,0 +1,91 @@
+"""The design's import contract (docs: "Layout"), checked on the source: every ``import`` and ``from … import`` of
+every module, function-level (lazy) imports and ``TYPE_CHECKING`` blocks included.
+
+import-linter cannot check it: its graph builder (grimp) only walks a top-level package's own folder, and the stages
+are ``memstate.*`` subpackages living in their own top-level folders.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+STAGES = ("data_build", "reward", "train", "serve", "evaluate", "memory")
+# What each stage may import besides the core (``memstate.<core module>``); prefixes, as in the design.
+ALLOWED: dict[str, tuple[str, ...]] = {
+    "core": (),
+    "data_build": (),
+    "reward": (),
+    "train": ("memstate.reward",),
+    "serve": (),
+    "evaluate": ("memstate.reward", "memstate.serve.client", "memstate.memory"),
+    "memory": ("memstate.serve.client",),
+}
+
+
+def imported_modules(path: Path) -> set[str]:
+    """Absolute module names a file imports, lazy ones included."""
+    names: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                raise AssertionError(f"{path}:{node.lineno}: relative import; the project uses absolute imports")
+            names.add(node.module)
+            names.update(f"{node.module}.{alias.name}" for alias in node.names)
+    return names
+
+
+def layer_of(module: str) -> str | None:
+    """The layer a ``memstate`` module belongs to (None outside the project)."""
+    parts = module.split(".")
+    if parts[0] != "memstate":
+        return None
+    return parts[1] if len(parts) > 1 and parts[1] in STAGES else "core"
+
+
+def _files() -> list[tuple[str, Path]]:
+    files = [("core", p) for p in sorted((ROOT / "memstate").rglob("*.py")) if p.name != "cli.py"]
+    files += [(stage, p) for stage in STAGES for p in sorted((ROOT / stage).rglob("*.py"))]
+    return files
+
+
+def violations(files: list[tuple[str, Path]], root: Path = ROOT) -> list[str]:
+    found = []
+    for layer, path in files:
+        for name in sorted(imported_modules(path)):
+            target = layer_of(name)
+            if target in (None, "core", layer):
+                continue
+            if not any(name == a or name.startswith(a + ".") for a in ALLOWED[layer]):
+                found.append(f"{path.relative_to(root)}: {layer} imports {name}")
+    return found
+
+
+def test_layers_import_only_what_the_design_allows() -> None:
+    files = _files()
+    assert {layer for layer, _ in files} == {"core", *STAGES}
+    assert violations(files) == []
+
+
+@pytest.mark.parametrize(
+    ("layer", "source", "allowed"),
+    [
+        ("core", "from memstate.reward.score import score", False),
+        ("core", "def f():\n    import memstate.memory.store", False),
+        ("reward", "from memstate.train import run", False),
+        ("serve", "from memstate.evaluate.stats import x", False),
+        ("memory", "from memstate.serve.api import create_app", False),
+        ("memory", "from memstate.serve.client import ReasoningStateClient", True),
+        ("train", "from memstate.reward.counterfactual import x", True),
+        ("evaluate", "from memstate.memory.store import MemoryStore", True),
+    ],
+)
+def test_the_check_catches_a_forbidden_import(tmp_path: Path, layer: str, source: str, allowed: bool) -> None:
+    path = tmp_path / "module.py"
+    path.write_text(source + "\n")
+    assert (violations([(layer, path)], root=tmp_path) == []) is allowed
