@@ -3,6 +3,7 @@ so the project can sit next to Hugging Face ``evaluate`` and a user's own ``trai
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import sys
 import tomllib
@@ -40,9 +41,13 @@ def test_hugging_face_evaluate_and_memstate_both_import(tmp_path: Path) -> None:
 
 def test_a_built_wheel_installs_next_to_hugging_face_evaluate(tmp_path: Path) -> None:
     """A regular (non-editable) install: the wheel's ``memstate/evaluate`` beside site-packages' ``evaluate``."""
-    target = tmp_path / "site"
+    source, target = tmp_path / "source", tmp_path / "site"  # a copy: the build writes build/ and *.egg-info in-tree
+    for name in ("memstate", *STAGES):
+        shutil.copytree(ROOT / name, source / name, ignore=shutil.ignore_patterns("__pycache__"))
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy(ROOT / name, source / name)
     install = [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-build-isolation"]
-    build = subprocess.run([*install, "--target", str(target), str(ROOT)], capture_output=True, text=True, timeout=600)
+    build = subprocess.run([*install, "--target", str(target), str(source)], capture_output=True, text=True, timeout=600)
     assert build.returncode == 0, build.stderr[-3000:]
     assert (target / "memstate" / "evaluate" / "memsyco" / "judge.py").is_file()
     assert not (target / "evaluate").exists() and not (target / "train").exists()
