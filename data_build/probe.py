@@ -31,6 +31,7 @@ from sklearn.pipeline import make_pipeline
 from sklearn.preprocessing import MaxAbsScaler
 from sklearn.tree import DecisionTreeClassifier
 
+from memstate.errors import MemstateError
 from memstate.schema import FACT_KINDS, Instance, option_letters, stable_id
 
 MARGIN = 0.05  # how far above the majority-class rate a probe may score
@@ -39,7 +40,7 @@ MAX_INSTANCES = 10000  # per source, a seeded sample: keeps the probe to seconds
 FOLDS = 5
 
 
-class ShortcutError(ValueError):
+class ShortcutError(MemstateError, ValueError):
     """A shortcut probe predicts the answer well above the majority class."""
 
 

@@ -11,6 +11,8 @@ import hashlib
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from memstate.errors import MemstateError
+
 # Skip kinds, so the manifest can count skips by cause. The structural ones stop a strict build.
 SKIP_INVALID = "invalid_record"  # unparsable line/row, missing field, wrong type, unknown label
 SKIP_UNRESOLVED = "unresolved_evidence"  # evidence points at a page/document/sentence the inputs lack
@@ -21,7 +23,7 @@ SKIP_CONFLICTING = "conflicting_labels"  # well-formed, but its rationales disag
 STRUCTURAL_KINDS = frozenset({SKIP_INVALID, SKIP_UNRESOLVED, SKIP_DUPLICATE})
 
 
-class DataError(ValueError):
+class DataError(MemstateError, ValueError):
     """A structural error in an input file; the message names the file, line/row and field."""
 
 

@@ -28,11 +28,13 @@ from typing import Any
 
 from memstate.memory.records import TURN_ROLES, Session, Turn
 
+from memstate.errors import MemstateError
+
 _SPEAKER = re.compile(r"^\s*(?:user|assistant)\s*:\s*", re.IGNORECASE)
 _MISSING = object()
 
 
-class IngestError(ValueError):
+class IngestError(MemstateError, ValueError):
     """Input that cannot be ingested; the message is ``FILE:LINE: field: reason``."""
 
 

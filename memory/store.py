@@ -57,6 +57,8 @@ from memstate.memory.records import (
 )
 from memstate.memory.validate import STORED_ID, check_facts, check_relations
 
+from memstate.errors import MemstateError
+
 logger = logging.getLogger("memstate.memory")
 
 SCHEMA_VERSION = 2
@@ -143,7 +145,7 @@ _MIGRATIONS: dict[int, list[str]] = {
 }
 
 
-class StoreError(RuntimeError):
+class StoreError(MemstateError, RuntimeError):
     """The file is not a memory store this code can use (newer schema, another embedder, mixed dimensions)."""
 
 

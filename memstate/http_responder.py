@@ -27,11 +27,12 @@ from dataclasses import asdict, dataclass
 
 import httpx
 
+from memstate.errors import ServerUnavailable
 from memstate.prompts import Message
 from memstate.responder import ContinuationLogprob
 
 
-class ResponderUnavailable(RuntimeError):
+class ResponderUnavailable(ServerUnavailable):
     """The responder endpoint cannot be reached or does not serve the expected model."""
 
 

@@ -10,6 +10,8 @@ import hashlib
 from dataclasses import MISSING, asdict, dataclass, field, fields
 from typing import Any
 
+from memstate.errors import MemstateError
+
 SOURCES = ("fever", "scifact", "personamem", "memsyco")
 TASKS = (
     "evidence_conflict",
@@ -35,7 +37,7 @@ ROLES = ("gold", "conflict", "distractor", "outdated", "support")
 RELATION_TYPES = ("SUPERSEDES", "CONFLICTS_WITH", "SUPPORTS")
 
 
-class SchemaError(ValueError):
+class SchemaError(MemstateError, ValueError):
     """An instance, fact or relation that breaks the schema; the message names the field."""
 
 

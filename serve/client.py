@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 import httpx
 
+from memstate.errors import MemstateError
 from memstate.schema import Fact, Instance, Relation
 
 
@@ -29,7 +30,7 @@ class ReasoningState:
     latency_ms: float
 
 
-class ReasoningStateError(RuntimeError):
+class ReasoningStateError(MemstateError, RuntimeError):
     """The API answered with an error status (4xx: the request; 502/503/504: the policy behind it)."""
 
     def __init__(self, status: int, detail: str):

@@ -47,13 +47,17 @@ def test_a_built_wheel_installs_next_to_hugging_face_evaluate(tmp_path: Path) ->
     for name in ("pyproject.toml", "README.md"):
         shutil.copy(ROOT / name, source / name)
     install = [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-build-isolation"]
-    build = subprocess.run([*install, "--target", str(target), str(source)], capture_output=True, text=True, timeout=600)
+    build = subprocess.run(
+        [*install, "--target", str(target), str(source)], capture_output=True, text=True, timeout=600
+    )
     assert build.returncode == 0, build.stderr[-3000:]
     assert (target / "memstate" / "evaluate" / "memsyco" / "judge.py").is_file()
     assert not (target / "evaluate").exists() and not (target / "train").exists()
     # The wheel goes first on the path, so the editable install cannot stand in for it.
     env = {"PYTHONPATH": str(target), "PATH": "/usr/bin:/bin", "HF_HUB_OFFLINE": "1"}
-    out = subprocess.run([sys.executable, "-c", BOTH], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    out = subprocess.run(
+        [sys.executable, "-c", BOTH], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300
+    )
     assert out.returncode == 0, out.stderr[-3000:]
     hf, ours = out.stdout.split()
     assert Path(ours).is_relative_to(target)

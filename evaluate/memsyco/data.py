@@ -13,12 +13,13 @@ from typing import Any
 
 import jsonschema_rs
 
+from memstate.errors import MemstateError
 from memstate.schema import Fact, Instance, Relation, stable_id
 
 logger = logging.getLogger("memstate.evaluate.memsyco")
 
 
-class MemSycoError(ValueError):
+class MemSycoError(MemstateError, ValueError):
     """A MemSyco-Bench file or row that cannot be used; the message is ``FILE:LINE: field PATH: reason``."""
 
 

@@ -21,6 +21,7 @@ from memstate.evaluate.memsyco.prompts import (
     VALID_MEMORY_JUDGE_PROMPT,
 )
 
+from memstate.errors import ServerUnavailable
 from memstate.prompts import Message
 from memstate.rules import strip_think
 
@@ -42,7 +43,7 @@ JUDGING_SOURCE = {
 }
 
 
-class JudgeUnavailable(RuntimeError):
+class JudgeUnavailable(ServerUnavailable):
     """The judge endpoint cannot be reached at all (checked once before any answering)."""
 
 
