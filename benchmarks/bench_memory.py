@@ -117,11 +117,11 @@ CLAG = ClagConfig()  # the released code's defaults
 
 def measure_retrieval(store: MemoryStore, qs: list[str], backend: str, k: int) -> dict:
     for q in qs[:5]:  # warm-up
-        retrieve(store, q, k=k, backend=backend, clag=CLAG)
+        retrieve(store, q, k=k, backend=backend, settings=CLAG if backend == "clag" else None)
     times, n_facts, n_rel, modes = [], [], [], Counter()
     for q in qs:
         t = time.perf_counter()
-        r = retrieve(store, q, k=k, backend=backend, clag=CLAG)
+        r = retrieve(store, q, k=k, backend=backend, settings=CLAG if backend == "clag" else None)
         if backend == "clag":
             modes[r.trace["mode"]] += 1
         elif backend == "memsearch":

@@ -3,6 +3,7 @@ extractor, every proposal validated, sessions committed atomically), relation-aw
 dense baseline (NaiveRAG), agent-driven clustering (CLAG) and seed-fragment-path search (MemSearch-o1), returning facts
 and relational state in the Instance shapes of DESIGN.md."""
 
+from memstate.memory.backends import Backend, Query, backend_names, get_backend, register
 from memstate.memory.clag import ClagConfig, ClagMemory, clag_memory
 from memstate.memory.embed import Embedder, HashEmbedder, SentenceTransformerEmbedder, default_embedder
 from memstate.memory.extract import Extractor, ExtractorError, LLMExtractor, RuleExtractor
@@ -22,6 +23,11 @@ from memstate.memory.store import MemoryStore, StoreError
 
 __all__ = [
     "BACKENDS",
+    "Backend",
+    "Query",
+    "backend_names",
+    "get_backend",
+    "register",
     "ChatJSON",
     "ClagConfig",
     "ClagMemory",

@@ -67,6 +67,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import numpy as np
+from memstate.memory.backends import Backend, Query, register
 from memstate.memory.embed import normalize
 from memstate.memory.llm_client import ChatJSON, LLMError
 from memstate.memory.rule_extractor import topic
@@ -604,3 +605,21 @@ def clag_memory(store: MemoryStore, config: ClagConfig | None = None, llm: ChatJ
     mem = ClagMemory(store, config, llm)
     store.extensions["clag"] = (key, mem)
     return mem
+
+
+def _clag_search(query: Query) -> tuple[list[str], dict[str, Any]]:
+    return clag_memory(query.store, query.settings, query.llm).search(query.text, query.vector, query.k)
+
+
+register(
+    Backend(
+        name="clag",
+        summary="CLAG: facts routed into topic clusters; the query picks clusters, then the k most similar members",
+        search=_clag_search,
+        decisions=(
+            "rule-based (nearest-centroid routing, keyword profiles, similarity cluster choice)",
+            "llm (routing, profiles, cluster choice)",
+        ),
+        settings=ClagConfig,
+    )
+)

@@ -56,6 +56,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 import numpy as np
+from memstate.memory.backends import Backend, Query, register
 from memstate.memory.embed import normalize
 from memstate.memory.llm_client import ChatJSON, LLMError
 from memstate.memory.rule_extractor import sentences
@@ -305,3 +306,22 @@ def _fragment_vectors(store: MemoryStore, fragments: list[Fragment]) -> np.ndarr
     if todo:
         out[todo] = store.embedder.encode([fragments[i].text for i in todo])
     return normalize(out)
+
+
+def _memsearch_search(query: Query) -> tuple[list[str], dict[str, Any]]:
+    return memsearch(query.store, query.text, k=query.k, config=query.settings, llm=query.llm,
+                     question_vector=query.vector)  # fmt: skip
+
+
+register(
+    Backend(
+        name="memsearch",
+        summary="MemSearch-o1: query seeds grow fragments over retrieval rounds, chained into a path",
+        search=_memsearch_search,
+        decisions=(
+            "rule-based (extractive fragments, uncovered-seed sub-queries)",
+            "llm (verbatim fragments, sub-queries)",
+        ),
+        settings=MemSearchConfig,
+    )
+)

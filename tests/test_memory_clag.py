@@ -77,7 +77,7 @@ def test_kmeans_bootstrap_then_state_persists(store, tmp_path):
     mem = ClagMemory(store, CFG)
     report = mem.sync()
     assert not report.bootstrapped and mem.clusters() == []  # fewer than bootstrap_min facts: no clusters yet
-    got = retrieve(store, "What tea do I drink?", k=2, backend="clag", clag=CFG)
+    got = retrieve(store, "What tea do I drink?", k=2, backend="clag", settings=CFG)
     assert got.trace["mode"] == "global (not bootstrapped)" and len(got.facts) == 2
     (car2,) = add(store, CAR[1])
     report = clag_memory(store, CFG).sync()
@@ -133,13 +133,13 @@ def test_an_oversized_cluster_is_split_in_two(store, tmp_path):
 def test_two_stage_retrieval_and_the_global_fallback(store):
     tea1, car1, tea2, car2 = add(store, TEA[0], CAR[0], TEA[1], CAR[1])
     add(store, "I heard jazz in a bar.")  # opens its own cluster (threshold)
-    got = retrieve(store, "Which car do I drive?", k=5, backend="clag", clag=CFG)
+    got = retrieve(store, "Which car do I drive?", k=5, backend="clag", settings=CFG)
     mem = clag_memory(store, CFG)
     assert got.trace["mode"] == "cluster" and got.trace["selector"] == "similarity"
     assert got.trace["clusters"] == [mem.cluster_of(car1)] and got.trace["search_space"] == 2
     assert set(got.store_ids) == {car1, car2}  # stage 2 searched only inside the car cluster
     assert list(got.trace["candidates"])[0] == mem.cluster_of(car1)
-    fallback = retrieve(store, "Tell me about the weather.", k=2, backend="clag", clag=CFG)
+    fallback = retrieve(store, "Tell me about the weather.", k=2, backend="clag", settings=CFG)
     assert fallback.trace["mode"] == "global-fallback" and fallback.trace["clusters"] == []
     naive = retrieve(store, "Tell me about the weather.", k=2, backend="naive")
     assert fallback.store_ids == naive.store_ids
@@ -196,7 +196,7 @@ def test_llm_routes_writes_profiles_and_selects_clusters(store):
         assert mem.router_of(car3) == "llm" and mem.cluster_of(car3) != nearest_car  # the LLM's choice stands
         assert mem.router_of(honey) == "llm-new" and mem.clusters()[-1].members == (honey,)
         assert mem.router_of(broken) == "nearest-centroid (llm failed)"
-        got = retrieve(store, "Which car do I drive?", k=3, backend="clag", clag=CFG, llm=llm)
+        got = retrieve(store, "Which car do I drive?", k=3, backend="clag", settings=CFG, llm=llm)
         assert got.trace["selector"] == "llm" and got.trace["router"] == "llm" and got.trace["mode"] == "cluster"
         assert got.trace["clusters"] == [list(got.trace["candidates"])[-1]]
     assert {"clag_profile", "clag_route", "clag_select"} <= set(calls)

@@ -183,7 +183,7 @@ def test_llm_failures_fall_back_to_extraction_and_are_labelled(store):
     with ChatServer(lambda body: (503, "down")) as server:
         llm = ChatJSON(server.url, "extractor", retries=0, backoff=0.0)
         got = retrieve(store, "Which tea do I like now?", k=2, backend="memsearch", llm=llm,
-                       memsearch_config=MemSearchConfig(rounds=2))  # fmt: skip
+                       settings=MemSearchConfig(rounds=2))  # fmt: skip
     t = got.trace
     assert t["llm_failures"] == 3  # round 1 growth, the sub-query, round 2 growth
     assert {f["via"] for f in t["fragments"]} == {"extractive (llm failed)"} and set(got.store_ids) == {"m1", "m3"}
