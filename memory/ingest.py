@@ -8,8 +8,9 @@
 - ``memsyco_file_sessions``: every row of a MemSyco-Bench JSONL file (read directly: ``memory`` does not import
   ``evaluate``; ``memstate.evaluate.memsyco.load_memsyco`` validates rows against the benchmark's schema).
 - ``personamem_sessions``: a PersonaMem shared-contexts JSONL (``{"<context id>": [{"role", "content"}, …]}`` per
-  line; one context is one user's history): its user and assistant turns, ``User:`` / ``Assistant:`` prefixes
-  stripped, system turns (the persona card) left out, in sessions of ``turns_per_session`` turns.
+  line; one context is one user's history), read by the core reader ``memstate.personamem`` (the one
+  ``data_build`` builds instances with): its user and assistant turns, ``User:`` / ``Assistant:`` tags stripped and
+  each on one line, system turns (the persona card) left out, in sessions of ``turns_per_session`` turns.
 
 ``read_sessions(path, fmt)`` reads any of the three as ``(session id, turns)`` pairs. A store is meant to hold one
 user (or one benchmark sample): to keep MemSyco rows or PersonaMem contexts apart, use the per-row / per-context
@@ -21,20 +22,19 @@ Bad input raises ``IngestError`` with ``FILE:LINE: field: reason``.
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from memstate.memory.records import TURN_ROLES, Session, Turn
 
-from memstate.errors import MemstateError
+from memstate.errors import InputError
+from memstate.personamem import ContextError, SharedContextFile
 
-_SPEAKER = re.compile(r"^\s*(?:user|assistant)\s*:\s*", re.IGNORECASE)
 _MISSING = object()
 
 
-class IngestError(MemstateError, ValueError):
+class IngestError(InputError):
     """Input that cannot be ingested; the message is ``FILE:LINE: field: reason``."""
 
 
@@ -125,44 +125,21 @@ def personamem_sessions(
     path: str | Path, *, turns_per_session: int = 20, context_ids: set[str] | None = None
 ) -> Iterator[tuple[str, list[Session]]]:
     """``(context id, sessions)`` per line of a PersonaMem shared-contexts JSONL (streamed: the files are large),
-    session ids ``pm:<context id[:16]>#<i>``; ``context_ids`` keeps only those contexts."""
-    path = Path(path)
+    session ids ``pm:<context id[:16]>#<i>``, turn times ``turn <message index>``; ``context_ids`` keeps only those
+    contexts (every line is still checked). Blank lines are skipped; a bad line, or a context id that repeats an
+    earlier line's, raises ``IngestError``."""
     try:
-        f = open(path, "rb")
-    except OSError as e:
-        raise IngestError(f"{path}:0: (file): cannot read: {e.strerror}") from None
-    with f:
-        for lineno, raw in enumerate(f, 1):
-            where = f"{path}:{lineno}"
-            if not raw.strip():
-                continue
-            try:
-                obj = json.loads(raw)
-            except (json.JSONDecodeError, UnicodeDecodeError) as e:
-                raise IngestError(f"{where}: (line): invalid JSON: {e}") from None
-            if not isinstance(obj, dict) or len(obj) != 1:
-                raise IngestError(f"{where}: (line): expected one object with one key (the shared_context_id)")
-            ((cid, messages),) = obj.items()
-            if context_ids is not None and cid not in context_ids:
-                continue
-            if not isinstance(messages, list):
-                raise IngestError(f"{where}: {cid}: expected a list of messages, got {type(messages).__name__}")
-            turns = []
-            for i, msg in enumerate(messages):
-                if not isinstance(msg, dict) or msg.get("role") not in TURN_ROLES:
-                    raise IngestError(f"{where}: {cid}[{i}].role: expected one of {list(TURN_ROLES)}")
-                if not isinstance(msg.get("content"), str):
-                    raise IngestError(f"{where}: {cid}[{i}].content: must be a string")
-                text = _SPEAKER.sub("", msg["content"], count=1).strip()
-                if msg["role"] != "system" and text:
-                    turns.append(Turn(msg["role"], text, f"turn {i}"))
+        for ctx in SharedContextFile(path, context_ids=context_ids, skip_blank_lines=True):
+            turns = [Turn(t.role, t.text, f"turn {t.index}") for t in ctx.of_role("user", "assistant")]
             yield (
-                cid,
+                ctx.id,
                 [
-                    Session(tuple(chunk), id=f"pm:{cid[:16]}#{n}", where=where)
+                    Session(tuple(chunk), id=f"pm:{ctx.id[:16]}#{n}", where=ctx.where)
                     for n, chunk in enumerate(_chunks(turns, turns_per_session))
                 ],
             )
+    except ContextError as e:
+        raise IngestError(str(e)) from None
 
 
 def memsyco_file_sessions(path: str | Path, *, turns_per_session: int | None = None) -> Iterator[Session]:

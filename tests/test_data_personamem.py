@@ -15,6 +15,8 @@ import pytest
 from memstate.data_build import personamem
 from memstate.data_build.records import SKIP_DUPLICATE, SKIP_INVALID, SKIP_UNRESOLVED, DataError, SkipLog
 
+from memstate.embedding import load_sentence_transformer
+from memstate.personamem import strip_speaker
 from memstate.schema import TASKS, Instance, option_letters, stable_id
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -74,7 +76,7 @@ class CachingEmbedder:
 def embedder() -> CachingEmbedder:
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("HF_HUB_OFFLINE", "1")
-        return CachingEmbedder(personamem.default_embedder())
+        return CachingEmbedder(load_sentence_transformer())
 
 
 def read(embedder, pm_dir: Path = FIXTURE, skip_invalid: bool = True, **kwargs):
@@ -161,8 +163,11 @@ def test_strict_mode_raises_on_unresolved_context(embedder, tmp_path):
     pm = copy_fixture(tmp_path)
     header, rows = fixture_rows()
     write_csv(pm / QUESTIONS, header, [r for r in rows[:19] if r[1] in {"pm0-run-01", "pm2-bad-04"}])
-    with pytest.raises(DataError, match=r"questions_32k\.csv:3: column 'shared_context_id' 'ed917b72"):
+    with pytest.raises(DataError, match=r"questions_32k\.csv:3: column 'shared_context_id' 'ed917b72") as err:
         read(embedder, pm, skip_invalid=False)
+    message = str(err.value)  # one line: file, line, column, the id, and what to do
+    assert message.startswith(f"{pm / QUESTIONS}:3: ") and "\n" not in message
+    assert message.endswith("is not in the contexts file (rerun with --skip-invalid to skip it)")
 
 
 def test_max_questions_stops_early(embedder):
@@ -192,12 +197,40 @@ def test_bad_context_lines_are_skipped_with_their_line(embedder, tmp_path, conte
     c_file = str(pm / CONTEXTS)
     got = {s.line: s for s in log.records if s.file == c_file}
     assert {n: s.kind for n, s in got.items()} == {3: SKIP_INVALID, 4: SKIP_INVALID, 5: SKIP_INVALID, 6: SKIP_DUPLICATE}
-    assert "invalid JSON" in got[3].reason and "one key" in got[4].reason and "message 0" in got[5].reason
+    assert got[3].reason.startswith("(line): invalid JSON") and "one key" in got[4].reason
+    assert got[5].reason == "def[0].role: 'narrator' is not one of ['system', 'user', 'assistant']"
+    assert got[6].reason == f"shared_context_id: {cid!r} repeats line 1"
     assert read_.records_in[c_file] == 7 and read_.records_used[c_file] == 3  # parsed lines, referenced or not
     assert read_.stats["contexts_parsed"] == 3 and read_.stats["contexts_referenced"] == 2
     assert len(read_.items) == USED
-    with pytest.raises(DataError, match=r"shared_contexts_32k\.jsonl:3: invalid JSON"):
+    with pytest.raises(DataError, match=r"shared_contexts_32k\.jsonl:3: \(line\): invalid JSON"):
         read(embedder, pm, skip_invalid=False, max_questions=5)
+
+
+@pytest.mark.parametrize(
+    ("line", "field"),
+    [
+        ("\n", "(line): empty line"),
+        (b"\xff\n", "(line): not valid UTF-8"),
+        ('{"": []}\n', "shared_context_id: the line's key is empty"),
+        ('{"x": {"role": "user"}}\n', "x: is a JSON dict, expected a list of messages"),
+        ('{"x": ["User: hi"]}\n', "x[0]: is a JSON str"),
+        ('{"x": [{"role": "user", "content": null}]}\n', "x[0].content: must be a string, got None"),
+    ],
+)
+def test_context_line_errors_name_file_line_and_field(tmp_path, line, field):
+    """The core reader's errors, as data_build reports them: skipped with the field, or one DataError line."""
+    path = tmp_path / CONTEXTS
+    path.write_bytes((FIXTURE / CONTEXTS).read_bytes() + (line if isinstance(line, bytes) else line.encode()))
+    log = SkipLog(skip_invalid=True)
+    contexts, n_read, n_parsed, _ = personamem.read_contexts(path, log, wanted={"x"})
+    assert (n_read, n_parsed, contexts) == (3, 2, {})
+    (skipped,) = log.records
+    assert (skipped.file, skipped.line, skipped.kind) == (str(path), 3, SKIP_INVALID)
+    assert skipped.reason.startswith(field)
+    with pytest.raises(DataError) as err:
+        personamem.read_contexts(path, SkipLog(skip_invalid=False), wanted=set())
+    assert str(err.value).startswith(f"{path}:3: {field}") and "\n" not in str(err.value)
 
 
 def test_duplicates_short_histories_and_overlong_end_index(embedder, tmp_path, contexts):
@@ -344,7 +377,7 @@ def test_facts_are_user_turns_of_the_history(built, contexts):
         assert [f.id for f in inst.facts] == [f"F{n}" for n in range(1, len(inst.facts) + 1)]
         for f in inst.facts:
             assert 0 <= f.turn < end and msgs[f.turn]["role"] == "user"
-            assert f.text == personamem.strip_speaker(msgs[f.turn]["content"]) and not f.text.startswith("User:")
+            assert f.text == strip_speaker(msgs[f.turn]["content"]) and not f.text.startswith("User:")
             assert f.scope == "domain" and f.time == f"turn {f.turn}"
             assert f.kind == personamem.fact_kind(f.text)
         user = [i for i in range(end) if msgs[i]["role"] == "user"]
@@ -392,9 +425,9 @@ def test_stale_preference_comes_with_its_update(built, embedder, contexts):
     for inst in built[0].items:
         msgs = contexts[inst.meta["shared_context_id"]][: inst.meta["end_index"]]
         history = [
-            (i, personamem.strip_speaker(m["content"]))
+            (i, strip_speaker(m["content"]))
             for i, m in enumerate(msgs)
-            if m["role"] == "user" and personamem.fact_kind(personamem.strip_speaker(m["content"])) == "preference"
+            if m["role"] == "user" and personamem.fact_kind(strip_speaker(m["content"])) == "preference"
         ]
         vecs = dict(zip(history, personamem.embed(embedder, [t for _, t in history]), strict=True))
         superseded = {r.dst for r in inst.relations}
@@ -463,7 +496,7 @@ def test_distractors_are_other_topic_turns_of_the_same_persona(built, embedder, 
     counts = Counter()
     for inst in items:
         msgs = contexts[inst.meta["shared_context_id"]]
-        user_texts = {personamem.strip_speaker(m["content"]) for m in msgs[: inst.meta["end_index"]]}
+        user_texts = {strip_speaker(m["content"]) for m in msgs[: inst.meta["end_index"]]}
         facts = list(inst.facts)
         vecs = personamem.embed(embedder, [f.text for f in facts])
         q = personamem.embed(embedder, [inst.question])[0]
@@ -494,7 +527,7 @@ def test_reading_is_deterministic(built, embedder):
 
 
 def test_default_embedder_is_loaded_once(embedder):
-    assert personamem.default_embedder() is embedder.model
+    assert load_sentence_transformer() is embedder.model  # the core loader's cached model, memory's too
     read_, _ = read(None, max_questions=2)
     assert len(read_.items) == 2
 

@@ -1,6 +1,8 @@
 """The MiniLM embedder under ONNX Runtime: the same vectors as sentence-transformers' own encode, an export made once
 and reused from the cache, and a broken cached export removed instead of loaded again."""
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 from memstate.memory import onnx_encoder
@@ -68,3 +70,29 @@ def test_broken_export_is_removed_not_reloaded(onnx_embedder, tmp_path, monkeypa
 def test_unknown_runtime_is_refused():
     with pytest.raises(ValueError, match="runtime 'tensorrt'"):
         SentenceTransformerEmbedder(runtime="tensorrt")
+
+
+def test_one_minilm_per_process(onnx_embedder, monkeypatch):
+    """memory's embedders and data_build load the packaged MiniLM through memstate.embedding: one copy per device."""
+    import sentence_transformers
+    from memstate.data_build import personamem
+    from memstate.data_build.records import SkipLog
+
+    from memstate.embedding import DEFAULT_MODEL, default_model_path, load_sentence_transformer, resolve_model
+
+    model = load_sentence_transformer()
+    assert onnx_embedder._model is model
+    assert SentenceTransformerEmbedder(runtime="torch", device="cpu")._load() is model
+    assert load_sentence_transformer(DEFAULT_MODEL, "cpu") is load_sentence_transformer(default_model_path()) is model
+    assert resolve_model() == (default_model_path(), True)  # bundled weights: local_files_only, never the network
+
+    def no_second_load(*args, **kwargs):
+        raise AssertionError("the model was loaded a second time")
+
+    monkeypatch.setattr(sentence_transformers, "SentenceTransformer", no_second_load)
+    fixture = Path(__file__).parent / "fixtures" / "personamem"
+    read = personamem.read_personamem(
+        fixture, "questions_32k.csv", "shared_contexts_32k.jsonl", SkipLog(skip_invalid=True), max_questions=1
+    )
+    assert len(read.items) == 1  # built with the model memory embeds with
+    assert not hasattr(personamem, "default_embedder")  # no second loader left in data_build

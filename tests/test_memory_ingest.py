@@ -3,12 +3,15 @@ ingested with the rule extractor and retrieved as valid Instances, once with the
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from memstate.data_build import personamem as pm_build
+from memstate.data_build.records import SKIP_DUPLICATE, SKIP_INVALID, DataError, SkipLog
 from memstate.evaluate.memsyco import load_memsyco
 from memstate.evaluate.memsyco.data import to_instance
 from memstate.memory import (
@@ -26,6 +29,8 @@ from memstate.memory import (
     retrieve,
 )
 
+from memstate.errors import InputError
+from memstate.personamem import ContextError, SharedContextFile, parse_context_line
 from memstate.prompts import policy_messages, responder_messages
 from memstate.schema import Instance
 
@@ -103,6 +108,84 @@ def test_personamem_contexts_become_sessions(tmp_path):
     bad = write_lines(tmp_path / "pm_bad.jsonl", [{"ctx": [{"role": "user", "content": 3}]}])
     with pytest.raises(IngestError, match=r"pm_bad.jsonl:1: ctx\[0\].content: must be a string"):
         list(personamem_sessions(bad))
+
+
+def test_personamem_readers_agree_on_the_turns():
+    """data_build (instances) and memory (ingest) read shared contexts with the one core reader: the same user turns,
+    message indices and texts; memory keeps the assistant turns too."""
+    core = {c.id: c for c in SharedContextFile(PERSONAMEM)}
+    assert len(core) == 2
+    log = SkipLog()
+    built, n_read, n_parsed, sha = pm_build.read_contexts(PERSONAMEM, log, wanted=set(core))
+    assert (n_read, n_parsed, log.records) == (2, 2, []) and sha == hashlib.sha256(PERSONAMEM.read_bytes()).hexdigest()
+    ingested = {cid: [t for s in sessions for t in s.turns] for cid, sessions in personamem_sessions(PERSONAMEM)}
+    assert set(built) == set(ingested) == set(core)
+    lines = PERSONAMEM.read_text(encoding="utf-8").splitlines()
+    for cid, ctx in core.items():
+        assert parse_context_line(lines[ctx.line - 1], ctx.file, ctx.line) == ctx
+        (raw,) = json.loads(lines[ctx.line - 1]).values()
+        assert ctx.n_messages == len(raw) == built[cid].n_messages
+        user = [(t.index, t.text) for t in ctx.of_role("user")]
+        assert user == list(zip(built[cid].indices, built[cid].texts, strict=True))
+        assert [(int(t.time.removeprefix("turn ")), t.content) for t in ingested[cid] if t.role == "user"] == user
+        assert [(t.role, t.content, t.time) for t in ingested[cid]] == [
+            (t.role, t.text, f"turn {t.index}") for t in ctx.of_role("user", "assistant")
+        ]
+        assert all(raw[t.index]["role"] == t.role for t in ctx.turns)
+        assert all(not t.text.lower().startswith(("user:", "assistant:")) for t in ctx.turns)
+
+
+@pytest.mark.parametrize(
+    ("line", "message"),
+    [
+        ('{"abc": [{"role": "user", "content": "User: cut off"', "(line): invalid JSON (Expecting"),
+        ('[{"role": "user", "content": "User: no id"}]', "(line): is a JSON list, expected an object with one key"),
+        ('{"a": [], "b": []}', "(line): is an object with 2 keys, expected an object with one key"),
+        ('{"def": [{"role": "narrator", "content": "Once"}]}', "def[0].role: 'narrator' is not one of"),
+        ('{"def": [{"role": "user", "content": 3}]}', "def[0].content: must be a string, got 3"),
+    ],
+)
+def test_a_malformed_context_line_names_file_line_and_field_in_both_paths(tmp_path, line, message):
+    """The same FILE:LINE: field: reason from the core reader, memory's ingest and data_build's strict build; data_build
+    with skip_invalid skips the line with the same reason."""
+    path = tmp_path / "contexts.jsonl"
+    path.write_text(PERSONAMEM.read_text(encoding="utf-8") + line + "\n", encoding="utf-8")
+    where = f"{path}:3: {message}"
+    with pytest.raises(ContextError) as core_err:
+        list(SharedContextFile(path))
+    with pytest.raises(IngestError) as ingest_err:
+        list(personamem_sessions(path))
+    with pytest.raises(DataError) as data_err:
+        pm_build.read_contexts(path, SkipLog(skip_invalid=False), wanted=set())
+    assert isinstance(core_err.value, InputError) and isinstance(ingest_err.value, InputError)
+    for err in (core_err, ingest_err, data_err):
+        assert str(err.value).startswith(where) and "\n" not in str(err.value)
+    assert str(ingest_err.value) == str(core_err.value)
+    assert str(data_err.value) == f"{core_err.value} (rerun with --skip-invalid to skip it)"
+    log = SkipLog(skip_invalid=True)
+    contexts, n_read, n_parsed, _ = pm_build.read_contexts(path, log, wanted={"abc", "def"})
+    assert (len(contexts), n_read, n_parsed) == (0, 3, 2)
+    assert [(s.file, s.line, s.kind, s.reason) for s in log.records] == [
+        (str(path), 3, SKIP_INVALID, core_err.value.detail)
+    ]
+
+
+def test_personamem_blank_and_repeated_lines(tmp_path):
+    """memory skips blank lines (as in its other formats); data_build counts them as bad records. A repeated context
+    id stops both (data_build: skipped as a duplicate with skip_invalid)."""
+    first, second = PERSONAMEM.read_text(encoding="utf-8").splitlines()
+    path = write_lines(tmp_path / "blank.jsonl", [first, "", second])
+    assert [cid for cid, _ in personamem_sessions(path)] == [c.id for c in SharedContextFile(PERSONAMEM)]
+    log = SkipLog(skip_invalid=True)
+    assert pm_build.read_contexts(path, log, wanted=set())[1:3] == (3, 2)
+    assert [(s.line, s.reason) for s in log.records] == [(2, "(line): empty line")]
+    path = write_lines(tmp_path / "repeat.jsonl", [first, second, first])
+    cid = next(iter(json.loads(first)))
+    with pytest.raises(IngestError, match=rf"repeat.jsonl:3: shared_context_id: '{cid}' repeats line 1$"):
+        list(personamem_sessions(path))
+    log = SkipLog(skip_invalid=True)
+    assert len(pm_build.read_contexts(path, log, wanted={cid})[0]) == 1
+    assert [(s.line, s.kind) for s in log.records] == [(3, SKIP_DUPLICATE)]
 
 
 def row_instance(row, ret) -> Instance:
