@@ -1,10 +1,12 @@
 """A small JSON chat client for the memory backends' LLM decisions (CLAG's router, profiles and cluster choice;
 MemSearch-o1's fragment extraction and sub-queries): any OpenAI-compatible ``/v1/chat/completions`` endpoint, asked
-for JSON through ``response_format: json_schema``, with httpx like ``memstate.memory.llm_extractor``.
+for JSON through ``response_format: json_schema``, over ``memstate.http`` (the HTTP layer of every client).
 
-Transport errors, 429 and 5xx are retried with backoff; a reply that is not JSON or breaks the schema is retried
-too. When every attempt failed, ``LLMError`` says why — the callers then fall back to their rule-based decision and
-label it as such, so one bad reply never stops an ingest or a query.
+Two budgets, ``retries`` each. Transport errors, timeouts, 429, 5xx and bodies without a message are the HTTP layer's
+(retried with backoff and jitter); a server still failing after them ends the call. A message that is not JSON or
+breaks the schema is a content retry: the same request is asked again. When neither gave a usable reply,
+``LLMError`` says why — the callers then fall back to their rule-based decision and label it as such, so one bad
+reply never stops an ingest or a query.
 """
 
 from __future__ import annotations
@@ -12,12 +14,12 @@ from __future__ import annotations
 import json
 import logging
 import re
-import time
 from collections.abc import Sequence
 from typing import Any
 
-import httpx
 import jsonschema_rs
+
+from memstate.http import HTTPClient, HTTPRejected, HTTPSettings, HTTPUnavailable
 
 logger = logging.getLogger("memstate.memory")
 
@@ -28,8 +30,9 @@ _THINK = re.compile(r"<think>.*?</think>", re.DOTALL)
 class LLMError(RuntimeError):
     """No usable reply: the server failed or kept answering something that is not the asked-for JSON.
 
-    ``invalid``: attempts whose reply was not the asked-for JSON; ``failed``: attempts the server failed (transport,
-    429, 5xx); ``rejected``: the request itself was refused (another 4xx, not retried)."""
+    ``invalid``: asks whose reply was not the asked-for JSON; ``failed``: the attempts of the last ask, which the
+    server failed (transport, timeout, 429, 5xx, a body without a message); ``rejected``: the request itself was
+    refused (another 4xx, not retried)."""
 
     def __init__(self, invalid: list[str], failed: list[str], rejected: str | None = None):
         super().__init__("; ".join(invalid + failed + ([rejected] if rejected else [])))
@@ -56,8 +59,16 @@ def parse_json_reply(content: str, validator: Any) -> dict[str, Any]:
     return data
 
 
+def _content(body: dict[str, Any]) -> str:
+    content = body["choices"][0]["message"]["content"]
+    if not isinstance(content, str):
+        raise TypeError(f"message content is {type(content).__name__}")
+    return content
+
+
 class ChatJSON:
-    """``ask(messages, schema, name)`` → the reply's JSON object. ``url`` is the server root (``/v1`` optional)."""
+    """``ask(messages, schema, name)`` → the reply's JSON object. ``url`` is the server root (``/v1`` optional).
+    ``retries`` bounds both the HTTP layer's retries of one request and the re-asks after invalid content."""
 
     def __init__(
         self,
@@ -72,13 +83,17 @@ class ChatJSON:
         max_tokens: int = 1024,
     ) -> None:
         base = url.rstrip("/").removesuffix("/v1")
-        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-        self.http = httpx.Client(base_url=base, headers=headers, timeout=timeout)
+        settings = HTTPSettings(base, api_key=api_key, timeout=timeout, max_retries=retries, backoff=backoff)
+        self.http = HTTPClient(settings)
         self.url, self.model, self.retries, self.backoff = base, model, retries, backoff
         self.temperature, self.max_tokens = temperature, max_tokens
-        self.calls = 0
         self.failures = 0
         self._validators: dict[str, Any] = {}
+
+    @property
+    def calls(self) -> int:
+        """HTTP requests sent (retries included)."""
+        return self.http.stats.requests
 
     def describe(self) -> dict[str, Any]:
         return {"url": self.url, "model": self.model, "temperature": self.temperature}
@@ -104,32 +119,24 @@ class ChatJSON:
             "response_format": {"type": "json_schema", "json_schema": {"name": name, "schema": schema, "strict": True}},
         }
         invalid: list[str] = []
-        failed: list[str] = []
-        for attempt in range(1, self.retries + 2):
-            if attempt > 1:
-                time.sleep(self.backoff * 2 ** (attempt - 2))
-            self.calls += 1
+        for ask in range(1, self.retries + 2):
             try:
-                reply = self.http.post("/v1/chat/completions", json=body)
-            except httpx.HTTPError as e:
-                failed.append(f"attempt {attempt}: {type(e).__name__}: {e}")
-                continue
-            if reply.status_code == 429 or reply.status_code >= 500:
-                failed.append(f"attempt {attempt}: HTTP {reply.status_code}")
-                continue
-            if reply.status_code != 200:  # the request itself is wrong: retrying will not help
+                content = self.http.request("POST", "/v1/chat/completions", json=body, parse=_content)
+            except HTTPRejected as e:  # the request itself is wrong: asking again will not help
                 self.failures += 1
-                raise LLMError(invalid, failed, f"HTTP {reply.status_code} from {self.url}: {reply.text[:300]}")
+                raise LLMError(invalid, [], f"HTTP {e.status} from {self.url}: {e.text[:300]}") from None
+            except HTTPUnavailable as e:
+                self.failures += 1
+                error = LLMError(invalid, [f"attempt {i}: {err}" for i, err in enumerate(e.errors, 1)])
+                logger.warning("%s: no usable %s reply (%s)", self.url, name, error)
+                raise error from None
             try:
-                content = reply.json()["choices"][0]["message"]["content"]
-                if not isinstance(content, str):
-                    raise TypeError(f"message content is {type(content).__name__}")
                 return parse_json_reply(content, validator)
-            except (ValueError, KeyError, IndexError, TypeError) as e:
-                invalid.append(f"attempt {attempt}: invalid reply: {e}")
+            except ValueError as e:
+                invalid.append(f"ask {ask}: invalid reply: {e}")
                 logger.warning("%s: %s reply rejected (%s)", self.url, name, invalid[-1])
         self.failures += 1
-        error = LLMError(invalid, failed)
+        error = LLMError(invalid, [])
         logger.warning("%s: no usable %s reply (%s)", self.url, name, error)
         raise error
 

@@ -160,8 +160,8 @@ def proposal_from(data: dict[str, Any]) -> Proposal:
 
 
 class LLMExtractor:
-    """``propose`` through an OpenAI-compatible chat endpoint (``memory.llm_client.ChatJSON``: one retry loop for
-    every LLM call of the memory package). ``url`` is the server root (``/v1`` optional).
+    """``propose`` through an OpenAI-compatible chat endpoint (``memory.llm_client.ChatJSON`` over ``memstate.http``,
+    like every LLM call of the memory package). ``url`` is the server root (``/v1`` optional).
 
     A server that fails every attempt, or refuses the request, raises ``ExtractorError`` (nothing is written; the
     ingest stops); replies that never become a valid proposal reject only this session, with the reasons."""

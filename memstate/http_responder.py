@@ -11,50 +11,43 @@ Implements the ``Responder`` protocol for the reward:
   the continuation's tokens are appended, and ``POST /v1/completions`` with ``prompt_logprobs`` returns every
   prompt token's log-prob (vLLM skips its prefix cache for such requests: each is a full prefill).
 
-Requests run on one background event loop with one connection pool, at most ``concurrency`` at a time, each with
-a timeout, retried with exponential backoff and jitter on transport errors, timeouts, 429/5xx and malformed
-replies. A prompt whose requests still fail after the retry budget gets ``None`` (the reward leaves it out); the
-counters in ``stats`` say what happened.
+Requests run on one background event loop through ``memstate.http.AsyncHTTPClient`` (one connection pool, at most
+``concurrency`` in flight, each with a timeout, retried with exponential backoff and full jitter on transport errors,
+timeouts, 429/5xx and malformed replies). A prompt whose requests still fail after the retry budget gets ``None``
+(the reward leaves it out); the counters in ``stats`` say what happened.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
-import random
 import threading
-from dataclasses import asdict, dataclass
-
-import httpx
+from dataclasses import dataclass
 
 from memstate.errors import ServerUnavailable
+from memstate.http import AsyncHTTPClient, HTTPRejected, HTTPSettings, HTTPStats, HTTPUnavailable
 from memstate.prompts import Message
-from memstate.responder import ContinuationLogprob
+from memstate.responder_protocol import ContinuationLogprob
+
+__all__ = ["HTTPStats", "OpenAIResponder", "ResponderStats", "ResponderUnavailable"]
 
 
 class ResponderUnavailable(ServerUnavailable):
     """The responder endpoint cannot be reached or does not serve the expected model."""
 
 
-class _GaveUp(RuntimeError):
-    """A request that failed after every retry."""
+class _Unscorable(RuntimeError):
+    """A prompt the server cannot score (a continuation without tokens)."""
+
+
+_FAILED = (HTTPUnavailable, HTTPRejected, _Unscorable)
 
 
 @dataclass
-class HTTPStats:
-    """What the client did: requests sent (retries included), retries, and how they failed."""
+class ResponderStats(HTTPStats):
+    """The HTTP layer's counters, plus the prompts answered with None."""
 
-    requests: int = 0
-    retries: int = 0
-    timeouts: int = 0
-    server_errors: int = 0  # 429 and 5xx
-    transport_errors: int = 0
-    bad_replies: int = 0
-    gave_up: int = 0  # requests that exhausted the retry budget
-    unscorable_prompts: int = 0  # prompts answered with None
-
-    def as_dict(self) -> dict[str, int]:
-        return asdict(self)
+    unscorable_prompts: int = 0
 
 
 class OpenAIResponder:
@@ -84,27 +77,27 @@ class OpenAIResponder:
         # Qwen3 responders answer directly; templates without the flag ignore it.
         self.chat_template_kwargs = {"enable_thinking": False} if chat_template_kwargs is None else chat_template_kwargs
         self.identity = self._identity(None)
-        self.stats = HTTPStats()
-        self._headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-        self._concurrency = concurrency
-        self._rng = random.Random(seed)
+        self.stats = ResponderStats()
+        self.settings = HTTPSettings(
+            self.base_url, api_key=api_key, timeout=timeout, max_retries=max_retries, backoff=backoff,
+            concurrency=concurrency,
+        )  # fmt: skip
+        self._seed = seed
         self._token_cache: dict[str, list[int]] = {}
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="responder-http", daemon=True)
         self._thread.start()
-        self._client, self._semaphore = self._run(self._open())
+        self._http = self._run(self._open())
 
-    async def _open(self) -> tuple[httpx.AsyncClient, asyncio.Semaphore]:
-        limits = httpx.Limits(max_connections=self._concurrency, max_keepalive_connections=self._concurrency)
-        client = httpx.AsyncClient(base_url=self.base_url, headers=self._headers, limits=limits, timeout=self.timeout)
-        return client, asyncio.Semaphore(self._concurrency)
+    async def _open(self) -> AsyncHTTPClient:  # on the background loop, which the client then belongs to
+        return AsyncHTTPClient(self.settings, stats=self.stats, seed=self._seed)
 
     def _run(self, coro):
         return asyncio.run_coroutine_threadsafe(coro, self._loop).result()
 
     def close(self) -> None:
         if self._loop.is_running():
-            self._run(self._client.aclose())
+            self._run(self._http.aclose())
             self._loop.call_soon_threadsafe(self._loop.stop)
             self._thread.join(timeout=5)
 
@@ -113,9 +106,12 @@ class OpenAIResponder:
     def check_health(self) -> None:
         """Raise ``ResponderUnavailable`` unless the server answers and serves ``model`` (call before training)."""
         try:
-            models = self._run(self._request("GET", "/v1/models", None, retry=False))
-        except _GaveUp as e:
-            raise ResponderUnavailable(f"responder at {self.base_url} is unreachable: {e}") from None
+            models = self._run(self._http.request("GET", "/v1/models", retry=False))
+        except HTTPUnavailable as e:
+            raise ResponderUnavailable(f"responder at {self.base_url} is unreachable: {e.last}") from None
+        except HTTPRejected as e:
+            detail = f"refused GET /v1/models: HTTP {e.status}"
+            raise ResponderUnavailable(f"responder at {self.base_url} {detail}") from None
         entries = [m for m in models.get("data", []) if isinstance(m, dict)]
         served = [m.get("id") for m in entries]
         if self.model not in served:
@@ -129,47 +125,9 @@ class OpenAIResponder:
 
     # ---- requests -----------------------------------------------------------------------------------------------
 
-    async def _request(self, method: str, path: str, payload: dict | None, parse=None, *, retry: bool = True):
-        """Send with retries; ``parse`` turns the JSON body into the result, and a body it rejects is a malformed
-        reply, retried like any failure within the same budget."""
-        attempts = self.max_retries + 1 if retry else 1
-        last = ""
-        for attempt in range(attempts):
-            if attempt:
-                self.stats.retries += 1
-                await asyncio.sleep(self.backoff * 2 ** (attempt - 1) * (0.5 + self._rng.random()))
-            async with self._semaphore:
-                self.stats.requests += 1
-                try:
-                    reply = await self._client.request(method, path, json=payload)
-                except httpx.TimeoutException as e:
-                    self.stats.timeouts += 1
-                    last = f"timeout after {self.timeout} s ({type(e).__name__})"
-                    continue
-                except httpx.TransportError as e:
-                    self.stats.transport_errors += 1
-                    last = f"{type(e).__name__}: {e}"
-                    continue
-            if reply.status_code == 429 or reply.status_code >= 500:
-                self.stats.server_errors += 1
-                last = f"HTTP {reply.status_code}: {reply.text[:200]}"
-                continue
-            if reply.status_code >= 400:  # our request is wrong: retrying cannot help
-                self.stats.gave_up += 1
-                raise _GaveUp(f"{path}: HTTP {reply.status_code}: {reply.text[:300]}")
-            try:
-                body = reply.json()
-                if not isinstance(body, dict):
-                    raise ValueError(f"expected a JSON object, got {type(body).__name__}")
-                return parse(body) if parse else body
-            except (KeyError, IndexError, TypeError, ValueError) as e:  # JSONDecodeError is a ValueError
-                self.stats.bad_replies += 1
-                last = f"malformed reply: {type(e).__name__}: {e}"
-        self.stats.gave_up += 1
-        raise _GaveUp(f"{path}: {last} ({attempts} attempt(s))")
-
     async def _checked(self, path: str, payload: dict, parse):
-        return await self._request("POST", path, payload, parse)
+        """POST with the layer's retries; a body ``parse`` rejects is a malformed reply, retried in the same budget."""
+        return await self._http.request("POST", path, json=payload, parse=parse)
 
     async def _tokens(self, key: str, payload: dict) -> list[int]:
         if key not in self._token_cache:
@@ -186,7 +144,7 @@ class OpenAIResponder:
     async def _continuation_logprob(self, prompt_ids: list[int], continuation: str) -> ContinuationLogprob:
         cont = await self._tokens("text:" + continuation, {"prompt": continuation, "add_special_tokens": False})
         if not cont:
-            raise _GaveUp(f"continuation {continuation!r} has no tokens")
+            raise _Unscorable(f"continuation {continuation!r} has no tokens")
         payload = {
             "model": self.model,
             "prompt": prompt_ids + cont,
@@ -221,8 +179,8 @@ class OpenAIResponder:
                 return await self._option_logprobs(messages, continuations, [ids[0] for ids in cont_ids])
             prompt_ids = await self._prompt_tokens(messages)
             return list(await asyncio.gather(*(self._continuation_logprob(prompt_ids, c) for c in continuations)))
-        except _GaveUp:
-            self.stats.unscorable_prompts += 1
+        except _FAILED:
+            self.stats.count("unscorable_prompts")
             return None
 
     async def _answer_for(self, messages: list[Message], max_new_tokens: int) -> str | None:
@@ -231,8 +189,8 @@ class OpenAIResponder:
             payload["chat_template_kwargs"] = self.chat_template_kwargs
         try:
             return await self._checked("/v1/chat/completions", payload, _parse_chat)
-        except _GaveUp:
-            self.stats.unscorable_prompts += 1
+        except _FAILED:
+            self.stats.count("unscorable_prompts")
             return None
 
     # ---- Responder protocol -------------------------------------------------------------------------------------

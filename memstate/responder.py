@@ -1,4 +1,5 @@
-"""The frozen responder: one ``Responder`` protocol, and the in-process ``transformers`` backend.
+"""The frozen responder: the in-process ``transformers`` backend (the ``Responder`` protocol and
+``ContinuationLogprob`` live in the torch-free ``memstate.responder_protocol`` and are re-exported here).
 
 The reward needs two things from a responder: greedy answers (exact mode) and the log-probability of
 given answer continuations (likelihood mode). ``memstate.http_responder.OpenAIResponder`` implements the same
@@ -11,7 +12,6 @@ import hashlib
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import NamedTuple, Protocol
 
 import torch
 import transformers.integrations.deepspeed as hf_deepspeed
@@ -20,32 +20,9 @@ from transformers.utils import cached_file
 
 from memstate.prompts import Message
 
-
-class ContinuationLogprob(NamedTuple):
-    """Summed log-probability of a continuation and its token count (for length normalization)."""
-
-    logprob: float
-    n_tokens: int
-
-
-class Responder(Protocol):
-    """``name`` is a readable label (logs, reports). ``identity`` says which weights, precision and serving answer:
-    it is part of the baseline cache key, so two responders with the same identity must score the same request the
-    same, and anything that changes the scores must change it. A result is ``None`` for a prompt the responder
-    could not answer (an HTTP backend after its retry budget); the in-process backend never returns it."""
-
-    name: str
-    identity: str
-
-    def answer(self, prompts: list[list[Message]], max_new_tokens: int = 32) -> list[str | None]:
-        """Greedy (temperature 0) answers to chat prompts."""
-        ...
-
-    def answer_logprob(
-        self, prompts: list[list[Message]], continuations: list[list[str]]
-    ) -> list[list[ContinuationLogprob] | None]:
-        """For each prompt, the log-probability of each of its candidate answer continuations."""
-        ...
+# Re-exported (the redundant aliases mark them so): the protocol lives in the torch-free module.
+from memstate.responder_protocol import ContinuationLogprob as ContinuationLogprob
+from memstate.responder_protocol import Responder as Responder
 
 
 @contextmanager
@@ -169,15 +146,3 @@ class TransformersResponder:
             )
             answers += self.tokenizer.batch_decode(out[:, ids.shape[1] :], skip_special_tokens=True)
         return answers
-
-
-def make_responder(
-    model: str, url: str | None = None, *, batch_size: int = 16, device: str = "cpu", **http
-) -> Responder:
-    """The in-process responder for a model path/id, or — with ``url`` — the HTTP one for a server serving
-    ``model`` (``http``: OpenAIResponder options such as concurrency, timeout, max_retries, api_key)."""
-    if url:
-        from memstate.http_responder import OpenAIResponder
-
-        return OpenAIResponder(url, model, **http)
-    return TransformersResponder(model, batch_size=batch_size, device=device)

@@ -14,7 +14,6 @@ policy answered with an error or garbage; 503 the policy is unreachable; 504 it 
 
 # No `from __future__ import annotations`: FastAPI resolves the dependency annotations of the closures in
 # create_app at runtime, and string annotations would point at names local to create_app.
-import asyncio
 import hmac
 import json
 import logging
@@ -32,6 +31,7 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram, generate_latest
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr
 
+from memstate.http import AsyncHTTPClient, HTTPRejected, HTTPSettings, HTTPUnavailable
 from memstate.leak import leak_reason
 from memstate.prompts import PROMPT_VERSION, fit_policy_prompt, policy_request_messages
 from memstate.rules import FormatError, parse_state
@@ -60,6 +60,12 @@ class ApiConfig:
     max_tokens: int = field(default=512, metadata={"help": "Most tokens the policy may write (a state is ≤ 80 words)."})
     format_retries: int = field(default=1, metadata={"help": "Extra policy calls when a reply fails the format."})
     timeout_s: float = field(default=60.0, metadata={"help": "Per policy call; past it the request gets 504."})
+    policy_retries: int = field(
+        default=0,
+        metadata={"help": "Retries of a policy call on transport errors, timeouts, 429/5xx and garbage replies "
+                  "(backoff with jitter). Default none: the caller's client retries the 502/503/504 instead."},
+    )  # fmt: skip
+    policy_backoff_s: float = field(default=0.2, metadata={"help": "First policy retry's longest wait (doubles)."})
     max_concurrency: int = field(default=64, metadata={"help": "Policy calls in flight; more requests queue."})
     api_key_env: str = field(
         default="MEMSTATE_API_KEY",
@@ -142,47 +148,62 @@ class PolicyError(Exception):
 # --- the policy backend ------------------------------------------------------------------------------------------
 
 
+def _listed_model(listed: dict) -> str:
+    try:
+        return listed["data"][0]["id"]
+    except (KeyError, IndexError, TypeError):
+        raise ValueError(f"/v1/models lists no model: {str(listed)[:200]}") from None
+
+
+def _message(reply: dict) -> str:
+    try:
+        text = reply["choices"][0]["message"]["content"]
+    except (KeyError, IndexError, TypeError):
+        raise ValueError(f"the policy's reply has no message: {str(reply)[:200]}") from None
+    if not isinstance(text, str):
+        raise ValueError(f"the policy's message content is {type(text).__name__}, not text")
+    return text
+
+
 class PolicyClient:
-    """Chat completions against the policy's vLLM server, with its errors mapped to our status codes."""
+    """Chat completions against the policy's vLLM server (``memstate.http``: bounded to ``max_concurrency`` calls in
+    flight, ``policy_retries`` retries), its failures mapped to our status codes — never an exception of its own."""
 
     def __init__(self, config: ApiConfig, transport: httpx.AsyncBaseTransport | None = None):
         self.config = config
-        self.http = httpx.AsyncClient(
-            base_url=config.policy_url.rstrip("/"),
-            timeout=config.timeout_s,
-            limits=httpx.Limits(max_connections=config.max_concurrency),
-            transport=transport,
-        )
+        settings = HTTPSettings(
+            config.policy_url, timeout=config.timeout_s, max_retries=config.policy_retries,
+            backoff=config.policy_backoff_s, concurrency=config.max_concurrency,
+        )  # fmt: skip
+        self.client = AsyncHTTPClient(settings, transport=transport)
+        self.http = self.client.http
         self.model = config.policy_model
-        self.slots = asyncio.Semaphore(config.max_concurrency)
 
-    async def _call(self, method: str, path: str, payload: dict | None = None) -> dict:
-        url = f"{self.config.policy_url.rstrip('/')}{path}"
+    async def _call(self, method: str, path: str, payload: dict | None = None, parse=None):
+        url = self.client.url(path)
         try:
-            reply = await self.http.request(method, path, json=payload)
-        except httpx.TimeoutException:
-            detail = f"the policy at {url} did not answer within {self.config.timeout_s} s"
-            raise PolicyError(504, "timeout", detail) from None
-        except httpx.TransportError as e:
-            detail = f"the policy at {url} is unreachable: {type(e).__name__}: {e}"
-            raise PolicyError(503, "unreachable", detail) from None
-        if reply.status_code == 400 and "context length" in reply.text:
-            raise PolicyError(422, "too_long", f"the prompt is too long for the policy: {reply.text[:300]}")
-        if reply.status_code >= 400:
-            raise PolicyError(502, f"http_{reply.status_code}", f"the policy answered {reply.status_code}: "
-                              f"{reply.text[:300]}")  # fmt: skip
-        try:
-            return reply.json()
-        except ValueError:
-            raise PolicyError(502, "garbage", f"the policy's reply is not JSON: {reply.text[:200]!r}") from None
+            return await self.client.request(method, path, json=payload, parse=parse)
+        except HTTPRejected as e:
+            if e.status == 400 and "context length" in e.text:
+                raise PolicyError(422, "too_long", f"the prompt is too long for the policy: {e.text[:300]}") from None
+            raise PolicyError(502, f"http_{e.status}", f"the policy answered {e.status}: {e.text[:300]}") from None
+        except HTTPUnavailable as e:
+            tries = f" ({e.attempts} attempts)" if e.attempts > 1 else ""
+            if e.kind == "timeout":
+                detail = f"the policy at {url} did not answer within {self.config.timeout_s} s{tries}"
+                raise PolicyError(504, "timeout", detail) from None
+            if e.kind == "transport":
+                raise PolicyError(503, "unreachable", f"the policy at {url} is unreachable: {e.last}{tries}") from None
+            if e.kind == "status":
+                raise PolicyError(502, f"http_{e.status}", f"the policy answered {e.status}: {e.body}{tries}") from None
+            reason = e.last.removeprefix("malformed reply: ")
+            if not reason.startswith("the policy"):
+                reason = f"the policy's reply is malformed: {reason}"
+            raise PolicyError(502, "garbage", f"{reason}{tries}") from None
 
     async def model_name(self) -> str:
         if self.model is None:
-            listed = await self._call("GET", "/v1/models")
-            try:
-                self.model = listed["data"][0]["id"]
-            except (KeyError, IndexError, TypeError):
-                raise PolicyError(502, "garbage", f"/v1/models lists no model: {str(listed)[:200]}") from None
+            self.model = await self._call("GET", "/v1/models", parse=_listed_model)
         return self.model
 
     async def chat(self, messages: list[dict]) -> str:
@@ -192,17 +213,10 @@ class PolicyClient:
             "temperature": self.config.temperature,
             "max_tokens": self.config.max_tokens,
         }
-        async with self.slots:
-            reply = await self._call("POST", "/v1/chat/completions", payload)
-        try:
-            text = reply["choices"][0]["message"]["content"]
-        except (KeyError, IndexError, TypeError):
-            raise PolicyError(502, "garbage", f"the policy's reply has no message: {str(reply)[:200]}") from None
-        if not isinstance(text, str):
-            raise PolicyError(502, "garbage", f"the policy's message content is {type(text).__name__}, not text")
-        return text
+        return await self._call("POST", "/v1/chat/completions", payload, _message)
 
     async def healthy(self) -> bool:
+        # One quick attempt on the raw client, outside the concurrency bound: a probe must not queue behind chats.
         try:
             return (await self.http.get("/health", timeout=2.0)).status_code == 200
         except httpx.HTTPError:
@@ -334,7 +348,7 @@ def create_app(config: ApiConfig, *, policy_transport: httpx.AsyncBaseTransport 
     async def lifespan(app: FastAPI):
         app.state.policy = PolicyClient(config, policy_transport)
         yield
-        await app.state.policy.http.aclose()
+        await app.state.policy.client.aclose()
 
     app = FastAPI(
         title="memstate reasoning-state API",

@@ -1,4 +1,7 @@
-"""A small client of the reasoning-state API, sync and async, for the memory pipeline and ``evaluate``.
+"""A small client of the reasoning-state API, sync and async, for the memory pipeline and ``evaluate``, over
+``memstate.http``: transport errors, timeouts, 429 and the API's 502/503/504 (the policy behind it failing) are
+retried with backoff; after the last attempt ``memstate.http.HTTPUnavailable`` (a ``ServerUnavailable``, and an
+``httpx.HTTPError``) names the URL and every attempt. A 4xx is ``ReasoningStateError`` at once.
 
 >>> payload("Where do I live?", [Fact("F1", "I live in Oslo.", "fact")])["facts"]
 [{'id': 'F1', 'text': 'I live in Oslo.', 'kind': 'fact', 'scope': 'global', 'turn': None, 'time': None}]
@@ -6,12 +9,12 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-import httpx
-
 from memstate.errors import MemstateError
+from memstate.http import AsyncHTTPClient, HTTPClient, HTTPRejected, HTTPSettings, HTTPUnavailable
 from memstate.schema import Fact, Instance, Relation
 
 
@@ -31,7 +34,8 @@ class ReasoningState:
 
 
 class ReasoningStateError(MemstateError, RuntimeError):
-    """The API answered with an error status (4xx: the request; 502/503/504: the policy behind it)."""
+    """The API refused the request (4xx; ``detail`` says which field). Failures of the API or of the policy behind
+    it (5xx) are retried and end in ``memstate.http.HTTPUnavailable``."""
 
     def __init__(self, status: int, detail: str):
         super().__init__(f"HTTP {status}: {detail}")
@@ -58,14 +62,10 @@ def instance_payload(instance: Instance) -> dict:
     return payload(instance.question, instance.facts, instance.relations, instance.candidates)
 
 
-def _parse(reply: httpx.Response) -> ReasoningState:
-    if reply.status_code != 200:
-        try:
-            detail = reply.json()["detail"]
-        except (ValueError, KeyError, TypeError):
-            detail = reply.text[:300]
-        raise ReasoningStateError(reply.status_code, str(detail))
-    body = reply.json()
+PATH = "/v1/reasoning-state"
+
+
+def _state(body: dict) -> ReasoningState:
     return ReasoningState(
         rules=tuple(body["rules"]),
         text=body["text"],
@@ -79,30 +79,53 @@ def _parse(reply: httpx.Response) -> ReasoningState:
     )
 
 
-def _headers(api_key: str | None) -> dict[str, str]:
-    return {"Authorization": f"Bearer {api_key}"} if api_key else {}
+def _refused(e: HTTPRejected) -> ReasoningStateError:
+    try:
+        detail = json.loads(e.text)["detail"]
+    except (ValueError, KeyError, TypeError):
+        detail = e.text[:300]
+    return ReasoningStateError(e.status, str(detail))
+
+
+def _settings(base_url: str, api_key: str | None, timeout: float, max_retries: int, backoff: float, n: int):
+    return HTTPSettings(base_url, api_key=api_key, timeout=timeout, max_retries=max_retries, backoff=backoff,
+                        concurrency=n)  # fmt: skip
 
 
 class ReasoningStateClient:
-    """Blocking client: ``with ReasoningStateClient(url) as c: c.for_instance(inst)``."""
+    """Blocking client: ``with ReasoningStateClient(url) as c: c.for_instance(inst)``. ``http``: the underlying
+    ``httpx.Client`` (base URL and auth set) for other endpoints such as ``/metrics``."""
 
-    def __init__(self, base_url: str, *, api_key: str | None = None, timeout: float = 120.0):
-        self.http = httpx.Client(base_url=base_url.rstrip("/"), headers=_headers(api_key), timeout=timeout)
+    def __init__(
+        self,
+        base_url: str,
+        *,
+        api_key: str | None = None,
+        timeout: float = 120.0,
+        max_retries: int = 2,
+        backoff: float = 0.5,
+        max_connections: int = 16,
+    ):
+        self.client = HTTPClient(_settings(base_url, api_key, timeout, max_retries, backoff, max_connections))
+        self.http = self.client.http
 
     def reasoning_state(self, body: dict) -> ReasoningState:
-        return _parse(self.http.post("/v1/reasoning-state", json=body))
+        try:
+            return self.client.request("POST", PATH, json=body, parse=_state)
+        except HTTPRejected as e:
+            raise _refused(e) from None
 
     def for_instance(self, instance: Instance) -> ReasoningState:
         return self.reasoning_state(instance_payload(instance))
 
     def healthy(self) -> bool:
         try:
-            return self.http.get("/healthz").status_code == 200
-        except httpx.HTTPError:
+            return self.client.send("GET", "/healthz", retry=False).status_code == 200
+        except HTTPUnavailable:
             return False
 
     def close(self) -> None:
-        self.http.close()
+        self.client.close()
 
     def __enter__(self) -> ReasoningStateClient:
         return self
@@ -114,28 +137,36 @@ class ReasoningStateClient:
 class AsyncReasoningStateClient:
     """Async client on one connection pool (``max_connections`` requests in flight)."""
 
-    def __init__(self, base_url: str, *, api_key: str | None = None, timeout: float = 120.0, max_connections: int = 64):
-        self.http = httpx.AsyncClient(
-            base_url=base_url.rstrip("/"),
-            headers=_headers(api_key),
-            timeout=timeout,
-            limits=httpx.Limits(max_connections=max_connections),
-        )
+    def __init__(
+        self,
+        base_url: str,
+        *,
+        api_key: str | None = None,
+        timeout: float = 120.0,
+        max_connections: int = 64,
+        max_retries: int = 2,
+        backoff: float = 0.5,
+    ):
+        self.client = AsyncHTTPClient(_settings(base_url, api_key, timeout, max_retries, backoff, max_connections))
+        self.http = self.client.http
 
     async def reasoning_state(self, body: dict) -> ReasoningState:
-        return _parse(await self.http.post("/v1/reasoning-state", json=body))
+        try:
+            return await self.client.request("POST", PATH, json=body, parse=_state)
+        except HTTPRejected as e:
+            raise _refused(e) from None
 
     async def for_instance(self, instance: Instance) -> ReasoningState:
         return await self.reasoning_state(instance_payload(instance))
 
     async def healthy(self) -> bool:
         try:
-            return (await self.http.get("/healthz")).status_code == 200
-        except httpx.HTTPError:
+            return (await self.client.send("GET", "/healthz", retry=False)).status_code == 200
+        except HTTPUnavailable:
             return False
 
     async def aclose(self) -> None:
-        await self.http.aclose()
+        await self.client.aclose()
 
     async def __aenter__(self) -> AsyncReasoningStateClient:
         return self

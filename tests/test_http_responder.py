@@ -87,7 +87,7 @@ def test_wrong_model_name_is_a_clear_error():
         responder.close()
 
 
-def test_training_with_a_down_responder_fails_before_training(tiny_models, fever_data, tmp_path):
+def test_training_with_a_down_responder_fails_before_training(tiny_models, fever_data, tmp_path, capsys):
     import socket
 
     from memstate.cli import main
@@ -101,6 +101,18 @@ def test_training_with_a_down_responder_fails_before_training(tiny_models, fever
         "--responder_url", f"http://127.0.0.1:{port}", "--responder_max_retries", "0",
         "--data_dir", str(fever_data), "--output_dir", str(tmp_path / "run"),
     ]  # fmt: skip
-    with pytest.raises(ResponderUnavailable, match="unreachable"):
-        main(args)
+    try:  # the CLI prints a MemstateError in one line and exits 2 (it raises under --debug)
+        code, message = main(args), capsys.readouterr().err
+    except ResponderUnavailable as e:
+        code, message = 2, str(e)
+    assert code == 2 and f"127.0.0.1:{port}" in message and "unreachable" in message
     assert not (tmp_path / "run" / "format-warmup").exists()  # nothing was trained
+
+
+def test_the_http_responder_does_not_import_torch():
+    """No import cycle with memstate.responder (torch, transformers): the protocol lives in a light module."""
+    import subprocess
+    import sys
+
+    code = "import sys, memstate.http_responder; assert 'torch' not in sys.modules, 'torch imported'"
+    subprocess.run([sys.executable, "-c", code], check=True)

@@ -291,3 +291,31 @@ def test_sync_and_async_clients(live_api):
 
     states = asyncio.run(run())
     assert len(states) == 8 and all(s.format_ok for s in states)
+
+
+def test_policy_retries_when_configured():
+    policy = ScriptedPolicy(httpx.Response(503, text="warming up"), httpx.ConnectError("reset"), GOOD)
+    with client(policy, policy_retries=2, policy_backoff_s=0.001) as api:
+        body = post(api, payload()).json()
+    assert body["format_ok"] and body["attempts"] == 1 and len(policy.chats) == 3
+    policy = ScriptedPolicy(httpx.ReadTimeout("slow"))
+    with client(policy, policy_retries=1, policy_backoff_s=0.001) as api:
+        reply = post(api, payload())
+    assert reply.status_code == 504 and "(2 attempts)" in reply.json()["detail"] and len(policy.chats) == 2
+
+
+def test_the_client_retries_the_api_then_says_it_is_unavailable():
+    from chat_server import live_app
+    from memstate.serve.client import ReasoningStateClient
+
+    from memstate.errors import ServerUnavailable
+
+    app = create_app(ApiConfig(api_key_env="", policy_url=f"http://127.0.0.1:{free_port()}", timeout_s=5))
+    with live_app(app) as url, ReasoningStateClient(url, max_retries=2, backoff=0.001) as api:
+        assert not api.healthy()
+        with pytest.raises(ServerUnavailable) as down:
+            api.for_instance(INSTANCE)
+        metrics = api.http.get("/metrics").text
+    e = down.value
+    assert e.status == 503 and e.attempts == 3 and f"{url}/v1/reasoning-state" in str(e) and "unreachable" in e.body
+    assert 'memstate_api_requests_total{path="/v1/reasoning-state",status="503"} 3.0' in metrics

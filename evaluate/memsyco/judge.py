@@ -4,14 +4,11 @@ from __future__ import annotations
 
 import json
 import logging
-import random
 import re
-import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-import httpx
 from memstate.evaluate.memsyco.data import MemSycoRow
 from memstate.evaluate.memsyco.prompts import (
     CONTEXTUAL_SCOPE_JUDGE_PROMPT,
@@ -22,6 +19,7 @@ from memstate.evaluate.memsyco.prompts import (
 )
 
 from memstate.errors import ServerUnavailable
+from memstate.http import HTTPClient, HTTPRejected, HTTPSettings, HTTPUnavailable
 from memstate.prompts import Message
 from memstate.rules import strip_think
 
@@ -340,20 +338,31 @@ class JudgeConfig:
     )
 
     def endpoint(self) -> str:
-        base = self.url.rstrip("/")
-        return (base[:-3] if base.endswith("/v1") else base) + "/v1/chat/completions"
+        return self.root() + "/v1/chat/completions"
 
-    def client(self) -> httpx.Client:
-        headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
-        limits = httpx.Limits(max_connections=self.concurrency, max_keepalive_connections=self.concurrency)
-        return httpx.Client(headers=headers, timeout=self.timeout, limits=limits)
+    def root(self) -> str:
+        """The server root: ``url`` without a trailing ``/v1``."""
+        return self.url.rstrip("/").removesuffix("/v1")
+
+    def settings(self) -> HTTPSettings:
+        return HTTPSettings(
+            self.root(), api_key=self.api_key, timeout=self.timeout, max_retries=self.retries, backoff=self.backoff,
+            concurrency=self.concurrency,
+        )  # fmt: skip
+
+    def client(self) -> HTTPClient:
+        """A client (``memstate.http``) to share between the judging threads; close it after (``with``)."""
+        return HTTPClient(self.settings())
 
 
-class _GaveUp(RuntimeError):
-    pass
+def _content(body: dict[str, Any]) -> str:
+    content = body["choices"][0]["message"]["content"]
+    if content is not None and not isinstance(content, str):
+        raise TypeError(f"content is {type(content).__name__}")
+    return content or ""
 
 
-def _chat(config: JudgeConfig, client: httpx.Client, messages: list[Message]) -> str:
+def _chat(config: JudgeConfig, client: HTTPClient, messages: list[Message]) -> str:
     payload = {
         "model": config.model,
         "messages": messages,
@@ -361,44 +370,20 @@ def _chat(config: JudgeConfig, client: httpx.Client, messages: list[Message]) ->
         "max_tokens": config.max_tokens,
         **config.extra_body,
     }
-    last = ""
-    for attempt in range(config.retries + 1):
-        if attempt:
-            time.sleep(config.backoff * 2 ** (attempt - 1) * random.uniform(0.5, 1.5))
-        try:
-            reply = client.post(config.endpoint(), json=payload)
-        except httpx.TimeoutException:
-            last = f"timeout after {config.timeout} s"
-            continue
-        except httpx.TransportError as e:
-            last = f"{type(e).__name__}: {e}"
-            continue
-        if reply.status_code == 429 or reply.status_code >= 500:
-            last = f"HTTP {reply.status_code}: {reply.text[:200]}"
-            continue
-        if reply.status_code >= 400:  # our request is wrong: retrying cannot help
-            raise _GaveUp(f"HTTP {reply.status_code}: {reply.text[:300]}")
-        try:
-            content = reply.json()["choices"][0]["message"]["content"]
-            if content is not None and not isinstance(content, str):
-                raise TypeError(f"content is {type(content).__name__}")
-            return content or ""
-        except (ValueError, KeyError, IndexError, TypeError) as e:  # JSONDecodeError is a ValueError
-            last = f"malformed reply: {type(e).__name__}: {e}"
-    raise _GaveUp(f"{last} ({config.retries + 1} attempt(s))")
+    return client.request("POST", "/v1/chat/completions", json=payload, parse=_content)
 
 
-def judge_answer(
-    config: JudgeConfig, row: MemSycoRow, answer: str, *, client: httpx.Client | None = None
-) -> JudgeResult:
+def judge_answer(config: JudgeConfig, row: MemSycoRow, answer: str, *, client: HTTPClient | None = None) -> JudgeResult:
     """Judge one answer to one row. A request that fails after the retries, or a reply without readable labels,
     comes back unjudged (``passed`` None, ``error`` set); nothing raises."""
     own = client is None
     client = client or config.client()
     try:
         reply = _chat(config, client, judge_messages(row, answer))
-    except _GaveUp as e:
-        return JudgeResult({}, None, error=f"judge request failed: {e}")
+    except HTTPUnavailable as e:
+        return JudgeResult({}, None, error=f"judge request failed: {e.last} ({e.attempts} attempt(s))")
+    except HTTPRejected as e:  # our request is wrong: it was not retried
+        return JudgeResult({}, None, error=f"judge request failed: HTTP {e.status}: {e.text[:300]}")
     finally:
         if own:
             client.close()
@@ -407,9 +392,9 @@ def judge_answer(
 
 def check_judge(config: JudgeConfig) -> None:
     """Raise ``JudgeUnavailable`` if nothing answers at the judge's address (any HTTP reply will do)."""
-    base = config.endpoint().removesuffix("/chat/completions")
-    try:
-        with config.client() as client:
-            client.get(base + "/models")
-    except httpx.HTTPError as e:
-        raise JudgeUnavailable(f"judge at {config.url} is unreachable: {type(e).__name__}: {e}") from None
+    with config.client() as client:
+        try:
+            client.send("GET", "/v1/models", retry=False)
+        except HTTPUnavailable as e:
+            if e.status is None:  # no HTTP reply at all (an error status is still an answer)
+                raise JudgeUnavailable(f"judge at {config.url} is unreachable: {e.last}") from None

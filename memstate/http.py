@@ -1,0 +1,358 @@
+"""The one HTTP layer of every memstate client (responder, judge, memory LLM, policy behind the API, the API's own
+client): httpx, sync and async, bounded, retried.
+
+``HTTPSettings`` say where and how: base URL, API key (sent as ``Authorization: Bearer``), timeout per attempt,
+retries, backoff and concurrency. ``HTTPClient`` (blocking; safe to share between threads) and ``AsyncHTTPClient``
+(one event loop) send with at most ``concurrency`` requests in flight, and retry
+
+- transport errors and timeouts,
+- 429 and 5xx replies, waiting what ``Retry-After`` asks (capped at ``max_delay``) when the server says,
+- replies that are not a JSON object or that ``parse`` rejects (malformed replies, within the same budget),
+
+with exponential backoff and full jitter (attempt ``k`` waits a uniform draw from ``[0, backoff · 2^(k-1)]``, at
+most ``max_delay``). Any other 4xx is the request's own fault: ``HTTPRejected`` at once, never retried. After the
+last attempt ``HTTPUnavailable`` (a ``ServerUnavailable``) names the URL, the attempts and every attempt's error.
+``HTTPStats`` counts what happened; one object may be shared by several clients.
+
+>>> settings = HTTPSettings("http://127.0.0.1:8000/", api_key="k", backoff=1.0, max_delay=3.0)
+>>> settings.root, settings.headers()
+('http://127.0.0.1:8000', {'Authorization': 'Bearer k'})
+>>> retry_delay(settings, 5, "2", random.Random(0)), retry_delay(settings, 5, "600", random.Random(0))
+(2.0, 3.0)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import email.utils
+import random
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field, fields
+from datetime import UTC, datetime
+from typing import Any
+
+import httpx
+
+from memstate.errors import MemstateError, ServerUnavailable
+
+__all__ = [
+    "AsyncHTTPClient",
+    "HTTPClient",
+    "HTTPRejected",
+    "HTTPSettings",
+    "HTTPStats",
+    "HTTPUnavailable",
+    "retry_delay",
+]
+
+# Indirection so tests can record the waits instead of sleeping them.
+_sleep = time.sleep
+_asleep = asyncio.sleep
+
+_REPLY_ERRORS = (KeyError, IndexError, TypeError, ValueError)  # json.JSONDecodeError is a ValueError
+
+
+@dataclass(frozen=True)
+class HTTPSettings:
+    """Where a client sends and how it retries. ``max_retries`` counts retries (``max_retries + 1`` attempts);
+    ``timeout`` is per attempt; ``backoff`` is the first retry's longest wait (doubling after), ``max_delay`` caps
+    every wait, ``Retry-After`` included; ``concurrency`` bounds the requests in flight (and the connection pool)."""
+
+    base_url: str
+    api_key: str | None = None
+    timeout: float = 60.0
+    max_retries: int = 3
+    backoff: float = 0.5
+    max_delay: float = 30.0
+    concurrency: int = 16
+
+    @property
+    def root(self) -> str:
+        return self.base_url.rstrip("/")
+
+    def headers(self) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
+
+    def _client_options(self) -> dict[str, Any]:
+        limits = httpx.Limits(max_connections=self.concurrency, max_keepalive_connections=self.concurrency)
+        return {"base_url": self.root, "headers": self.headers(), "timeout": self.timeout, "limits": limits}
+
+
+@dataclass
+class HTTPStats:
+    """What the clients did: ``requests`` sent (retries included), ``retries``, how attempts failed (``timeouts``,
+    ``server_errors`` — 429 and 5xx —, ``transport_errors``, ``bad_replies``), and calls that ended without a result
+    (``gave_up``: the retry budget spent or a 4xx; ``rejected``: the 4xx among them). Thread-safe."""
+
+    requests: int = 0
+    retries: int = 0
+    timeouts: int = 0
+    server_errors: int = 0
+    transport_errors: int = 0
+    bad_replies: int = 0
+    rejected: int = 0
+    gave_up: int = 0
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
+
+    def count(self, name: str, n: int = 1) -> None:
+        with self._lock:
+            setattr(self, name, getattr(self, name) + n)
+
+    def as_dict(self) -> dict[str, int]:
+        return {f.name: getattr(self, f.name) for f in fields(self) if not f.name.startswith("_")}
+
+
+class HTTPUnavailable(ServerUnavailable, httpx.HTTPError):
+    """No usable reply after every attempt. ``errors``: one line per attempt; ``kind`` of the last failure:
+    ``timeout``, ``transport``, ``status`` (429/5xx; ``status`` and ``body`` say which) or ``reply`` (malformed).
+    Also an ``httpx.HTTPError``, so code that caught httpx's own errors around a client still catches it."""
+
+    def __init__(self, method: str, url: str, errors: list[str], kind: str, status: int | None = None, body: str = ""):
+        self.method, self.url, self.errors, self.kind, self.status, self.body = method, url, errors, kind, status, body
+        self.attempts, self.last = len(errors), errors[-1] if errors else ""
+        history = "; ".join(f"attempt {i}: {e}" for i, e in enumerate(errors, 1))
+        super().__init__(f"{method} {url}: no usable reply after {self.attempts} attempt(s) ({history})")
+        self._request = None  # httpx.HTTPError's slot (its __init__ is not on this MRO path)
+
+
+class HTTPRejected(MemstateError, RuntimeError):
+    """A 4xx other than 429: the request itself is wrong, so it was not retried. ``text``: the reply body."""
+
+    hint = "the server refused the request; its reply (in the message) says why"
+
+    def __init__(self, method: str, url: str, status: int, text: str):
+        self.method, self.url, self.status, self.text = method, url, status, text
+        super().__init__(f"{method} {url}: HTTP {status}: {text[:300]}")
+
+
+class _Retry(Exception):
+    """One failed attempt that the budget may retry."""
+
+    def __init__(self, kind: str, message: str, response: httpx.Response | None = None):
+        super().__init__(message)
+        self.kind, self.message, self.response = kind, message, response
+
+
+def _retry_after(value: str | None) -> float | None:
+    """Seconds a ``Retry-After`` header asks for (delta-seconds or an HTTP date), None when absent or unreadable."""
+    if not value:
+        return None
+    value = value.strip()
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        pass
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=UTC)
+    return max(0.0, (when - datetime.now(UTC)).total_seconds())
+
+
+def retry_delay(settings: HTTPSettings, attempt: int, retry_after: str | None, rng: random.Random) -> float:
+    """The wait before retry number ``attempt`` (1-based): ``Retry-After`` when the server sent one, else full
+    jitter over ``backoff · 2^(attempt-1)``; never more than ``max_delay``."""
+    asked = _retry_after(retry_after)
+    if asked is not None:
+        return min(settings.max_delay, asked)
+    return rng.uniform(0.0, min(settings.max_delay, settings.backoff * 2 ** (attempt - 1)))
+
+
+class _Base:
+    """What the sync and async clients share: settings, counters, and the judgement of one attempt."""
+
+    def __init__(self, settings: HTTPSettings, stats: HTTPStats | None, seed: int | None):
+        self.settings = settings
+        self.stats = stats if stats is not None else HTTPStats()
+        self._rng = random.Random(seed)
+
+    def url(self, path: str) -> str:
+        return path if "://" in path else self.settings.root + path
+
+    def _attempts(self, retry: bool) -> int:
+        return self.settings.max_retries + 1 if retry else 1
+
+    def _failed(self, e: httpx.TransportError) -> _Retry:
+        if isinstance(e, httpx.TimeoutException):
+            self.stats.count("timeouts")
+            return _Retry("timeout", f"timeout after {self.settings.timeout} s ({type(e).__name__})")
+        self.stats.count("transport_errors")
+        return _Retry("transport", f"{type(e).__name__}: {e}")
+
+    def _outcome(self, method: str, path: str, reply: httpx.Response, parse: Callable | None, raw: bool) -> Any:
+        """The result of one attempt's reply; ``_Retry`` when it may be retried, ``HTTPRejected`` for a 4xx."""
+        status = reply.status_code
+        if status == 429 or status >= 500:
+            self.stats.count("server_errors")
+            raise _Retry("status", f"HTTP {status}: {reply.text[:200]}", reply)
+        if raw:
+            return reply
+        if status >= 400:
+            self.stats.count("rejected")
+            self.stats.count("gave_up")
+            raise HTTPRejected(method, self.url(path), status, reply.text[:2000])
+        try:
+            try:
+                body = reply.json()
+            except ValueError:
+                raise ValueError(f"not JSON: {reply.text[:200]!r}") from None
+            if not isinstance(body, dict):
+                raise TypeError(f"expected a JSON object, got {type(body).__name__}")
+            return parse(body) if parse else body
+        except _REPLY_ERRORS as e:
+            self.stats.count("bad_replies")
+            text = str(e) if isinstance(e, ValueError) else f"{type(e).__name__}: {e}"
+            raise _Retry("reply", f"malformed reply: {text}") from None
+
+    def _give_up(self, method: str, path: str, errors: list[str], last: _Retry) -> HTTPUnavailable:
+        self.stats.count("gave_up")
+        response = last.response
+        return HTTPUnavailable(
+            method,
+            self.url(path),
+            errors,
+            last.kind,
+            response.status_code if response is not None else None,
+            response.text[:300] if response is not None else "",
+        )
+
+    def _wait(self, attempt: int, last: _Retry) -> float:
+        self.stats.count("retries")
+        header = last.response.headers.get("retry-after") if last.response is not None else None
+        return retry_delay(self.settings, attempt, header, self._rng)
+
+
+class HTTPClient(_Base):
+    """Blocking client; share one between threads (at most ``concurrency`` requests in flight). ``http``: the
+    underlying ``httpx.Client`` (base URL and auth set), for one-off calls outside the retry policy."""
+
+    def __init__(
+        self,
+        settings: HTTPSettings,
+        *,
+        stats: HTTPStats | None = None,
+        transport: httpx.BaseTransport | None = None,
+        seed: int | None = None,
+    ):
+        super().__init__(settings, stats, seed)
+        self.http = httpx.Client(transport=transport, **settings._client_options())
+        self._slots = threading.BoundedSemaphore(settings.concurrency)
+
+    def request(
+        self,
+        method: str,
+        path: str,
+        *,
+        json: Any = None,
+        parse: Callable[[dict], Any] | None = None,
+        retry: bool = True,
+        timeout: float | None = None,
+    ) -> Any:
+        """The reply's JSON object, through ``parse`` when given (a ``KeyError``/``IndexError``/``TypeError``/
+        ``ValueError`` from it makes a malformed reply, retried). ``HTTPRejected`` on a 4xx (not 429),
+        ``HTTPUnavailable`` once the attempts are spent (``retry=False``: one attempt)."""
+        return self._loop(method, path, json, parse, retry, timeout, raw=False)
+
+    def send(
+        self, method: str, path: str, *, json: Any = None, retry: bool = True, timeout: float | None = None
+    ) -> httpx.Response:
+        """The reply itself, whatever its status below 500 (429 excepted): transport errors, timeouts, 429 and 5xx
+        are retried as in ``request``."""
+        return self._loop(method, path, json, None, retry, timeout, raw=True)
+
+    def _loop(self, method, path, json, parse, retry, timeout, *, raw):
+        options = {} if timeout is None else {"timeout": timeout}
+        errors: list[str] = []
+        attempts = self._attempts(retry)
+        for attempt in range(1, attempts + 1):
+            try:
+                with self._slots:
+                    self.stats.count("requests")
+                    try:
+                        reply = self.http.request(method, path, json=json, **options)
+                    except httpx.TransportError as e:
+                        raise self._failed(e) from None
+                return self._outcome(method, path, reply, parse, raw)
+            except _Retry as last:
+                errors.append(last.message)
+                if attempt == attempts:
+                    raise self._give_up(method, path, errors, last) from None
+                _sleep(self._wait(attempt, last))
+        raise AssertionError("unreachable")
+
+    def close(self) -> None:
+        self.http.close()
+
+    def __enter__(self) -> HTTPClient:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+class AsyncHTTPClient(_Base):
+    """The async twin of ``HTTPClient``, for one event loop (create and use it on the same loop)."""
+
+    def __init__(
+        self,
+        settings: HTTPSettings,
+        *,
+        stats: HTTPStats | None = None,
+        transport: httpx.AsyncBaseTransport | None = None,
+        seed: int | None = None,
+    ):
+        super().__init__(settings, stats, seed)
+        self.http = httpx.AsyncClient(transport=transport, **settings._client_options())
+        self._slots = asyncio.Semaphore(settings.concurrency)
+
+    async def request(
+        self,
+        method: str,
+        path: str,
+        *,
+        json: Any = None,
+        parse: Callable[[dict], Any] | None = None,
+        retry: bool = True,
+        timeout: float | None = None,
+    ) -> Any:
+        """As ``HTTPClient.request``."""
+        return await self._loop(method, path, json, parse, retry, timeout, raw=False)
+
+    async def send(
+        self, method: str, path: str, *, json: Any = None, retry: bool = True, timeout: float | None = None
+    ) -> httpx.Response:
+        """As ``HTTPClient.send``."""
+        return await self._loop(method, path, json, None, retry, timeout, raw=True)
+
+    async def _loop(self, method, path, json, parse, retry, timeout, *, raw):
+        options = {} if timeout is None else {"timeout": timeout}
+        errors: list[str] = []
+        attempts = self._attempts(retry)
+        for attempt in range(1, attempts + 1):
+            try:
+                async with self._slots:
+                    self.stats.count("requests")
+                    try:
+                        reply = await self.http.request(method, path, json=json, **options)
+                    except httpx.TransportError as e:
+                        raise self._failed(e) from None
+                return self._outcome(method, path, reply, parse, raw)
+            except _Retry as last:
+                errors.append(last.message)
+                if attempt == attempts:
+                    raise self._give_up(method, path, errors, last) from None
+                await _asleep(self._wait(attempt, last))
+        raise AssertionError("unreachable")
+
+    async def aclose(self) -> None:
+        await self.http.aclose()
+
+    async def __aenter__(self) -> AsyncHTTPClient:
+        return self
+
+    async def __aexit__(self, *exc) -> None:
+        await self.aclose()
