@@ -1,12 +1,18 @@
 """Shared fixtures: the tiny models and the FEVER fixture dataset are built once per test session."""
 
-from pathlib import Path
+from memstate.threads import configure_threads
 
-import pytest
-from memstate.data_build.build import build_data, load_data_config
+# As `memstate` does at start, before anything imports torch: the suite's own process waits passively and uses the
+# cores it has, so the vLLM server and the DeepSpeed ranks it starts are not slowed by its spinning OpenMP threads.
+configure_threads(import_torch=False)
 
-from memstate.data import load_split
-from memstate.tiny_models import build_tiny_models
+from pathlib import Path  # noqa: E402
+
+import pytest  # noqa: E402
+from memstate.data_build.build import build_data, load_data_config  # noqa: E402
+
+from memstate.data import load_split  # noqa: E402
+from memstate.tiny_models import build_tiny_models  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 FEVER_CONFIG = ROOT / "configs" / "data" / "fever_fixture.yaml"

@@ -29,6 +29,8 @@ import torch
 from safetensors.torch import load_file
 from transformers import AutoModelForCausalLM
 
+from memstate.threads import child_thread_env
+
 pytestmark = pytest.mark.distributed
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -96,7 +98,11 @@ def launch(cmd: list[str], output_dir: Path) -> subprocess.CompletedProcess:
         if os.environ.get("CI"):
             pytest.fail(message)
         pytest.skip(message)
-    env = os.environ | {
+    # The ranks share this machine's cores: each gets its share of threads and OpenMP waits passively instead of
+    # spinning against the other rank (accelerate exports OMP_NUM_THREADS for CPU launches itself, from the physical
+    # core count; it does not touch the wait policy). Whatever the environment already sets is kept.
+    env = os.environ | child_thread_env(WORLD_SIZE)
+    env |= {
         "WANDB_MODE": "disabled",
         "TOKENIZERS_PARALLELISM": "false",
         "TORCH_EXTENSIONS_DIR": os.environ.get("TORCH_EXTENSIONS_DIR", str(Path(sys.prefix) / "torch_extensions")),

