@@ -35,7 +35,6 @@ from pathlib import Path
 
 import numpy as np
 from memstate.memory import (
-    BACKENDS,
     ClagConfig,
     HashEmbedder,
     MemoryStore,
@@ -43,6 +42,7 @@ from memstate.memory import (
     RuleExtractor,
     SentenceTransformerEmbedder,
     Turn,
+    backend_names,
     clag_memory,
     default_embedder,
     retrieve,
@@ -252,12 +252,12 @@ def main() -> None:
                         "consolidations": routed.consolidations,
                         "live_clusters": len(clag_memory(store, CLAG).clusters()),
                     },
-                    "retrieval": {b: measure_retrieval(store, qs, b, args.k) for b in BACKENDS},
+                    "retrieval": {b: measure_retrieval(store, qs, b, args.k) for b in backend_names()},
                 }
                 added = ingest["facts_added"]
                 row["ingest_facts_per_s"] = {
                     b: ingest["facts_per_s"] if b != "clag" else round(added / (ingest["seconds"] + routing_s), 1)
-                    for b in BACKENDS
+                    for b in backend_names()
                 }
                 results["sizes"][str(size)] = row
                 print(f"{size} facts: {row}", flush=True)

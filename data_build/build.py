@@ -8,20 +8,23 @@ records read = used + skipped).
 
 from __future__ import annotations
 
+import argparse
 import json
 import logging
+import shutil
 from collections import Counter, defaultdict
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
-import yaml
 from datasets import Dataset, DatasetDict, Features, List, Value, disable_progress_bars
 from memstate.data_build.conflict import CONFLICT_PERSPECTIVES, ClaimPool, InstanceOptions, claim_instances
 from memstate.data_build.probe import check_probes, run_probes
-from memstate.data_build.records import EvidenceClaim, SkipLog, SourceRead
+from memstate.data_build.records import DataError, EvidenceClaim, SkipLog, SourceRead
 from memstate.data_build.splits import DEFAULT_RATIOS, assign_splits, check_ratios
 
 from memstate.data import SPLITS
+from memstate.errors import ConfigError, InputNotFound
+from memstate.parsing import read_yaml
 from memstate.schema import Instance, stable_id
 
 logger = logging.getLogger("memstate.data_build")
@@ -132,31 +135,31 @@ SECTIONS = {"fever": FeverConfig, "scifact": SciFactConfig, "personamem": Person
 
 def _dataclass_from(cls: type, data: object, where: str):
     if not isinstance(data, dict):
-        raise ValueError(f"{where}: expected a mapping, got {type(data).__name__}")
+        raise ConfigError(f"{where}: expected a mapping, got {type(data).__name__}")
     known = {f.name for f in fields(cls)}
     unknown = sorted(set(data) - known)
     if unknown:
-        raise ValueError(f"{where}: unknown key(s) {unknown}; known keys are {sorted(known)}")
+        raise ConfigError(f"{where}: unknown key(s) {unknown}; known keys are {sorted(known)}")
     try:
         return cls(**data)
     except TypeError as e:  # a missing required key
-        raise ValueError(f"{where}: {e}") from None
+        raise ConfigError(f"{where}: {e}") from None
+    except ValueError as e:  # the class's own validation
+        raise ConfigError(f"{where}: {e}") from None
 
 
 def load_data_config(path: str | Path, **overrides) -> DataConfig:
-    """Read a DataConfig from YAML; unknown or missing keys are errors that name them."""
+    """Read a DataConfig from YAML; a missing file, bad YAML, unknown or missing keys are ``ConfigError``s that name
+    the file (and line, key)."""
     path = Path(path)
-    data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    data = read_yaml(path)
     if not isinstance(data, dict):
-        raise ValueError(f"{path}: expected a mapping of DataConfig fields, got {type(data).__name__}")
+        raise ConfigError(f"{path}: expected a mapping of DataConfig fields, got {type(data).__name__}")
     data = {**data, **overrides}
     for name, cls in SECTIONS.items():
         if data.get(name) is not None:
             data[name] = _dataclass_from(cls, data[name], f"{path}: {name}")
-    try:
-        return _dataclass_from(DataConfig, data, str(path))
-    except ValueError as e:
-        raise ValueError(f"{path}: {e}" if not str(e).startswith(str(path)) else str(e)) from None
+    return _dataclass_from(DataConfig, data, str(path))
 
 
 def resolve_path(path: str | Path) -> Path:
@@ -170,7 +173,7 @@ def resolve_path(path: str | Path) -> Path:
 def _input_dir(path: str, name: str) -> Path:
     resolved = resolve_path(path)
     if not resolved.is_dir():
-        raise FileNotFoundError(f"{name} directory not found: {path} (looked at {resolved})")
+        raise InputNotFound(f"{name.lower()}.dir: {name} directory not found: {path} (looked at {resolved})")
     return resolved
 
 
@@ -198,8 +201,8 @@ def read_sources(config: DataConfig, log: SkipLog) -> list[SourceRead]:
         from memstate.data_build.personamem import read_personamem
 
         c = config.personamem
-        reads.append(
-            read_personamem(
+        try:
+            pm_read = read_personamem(
                 _input_dir(c.dir, "PersonaMem"),
                 c.questions_file,
                 c.contexts_file,
@@ -210,7 +213,11 @@ def read_sources(config: DataConfig, log: SkipLog) -> list[SourceRead]:
                 distractors=tuple(config.distractors),
                 seed=config.seed,
             )
-        )
+        except FileNotFoundError as e:  # a questions/contexts file named in the config that is not there
+            if isinstance(e, InputNotFound):
+                raise
+            raise InputNotFound(f"{e} (personamem.questions_file / contexts_file)") from None
+        reads.append(pm_read)
     return reads
 
 
@@ -345,7 +352,7 @@ def build_data(config: DataConfig, out_dir: str | Path) -> dict:
     instances, split_of = make_instances(reads, config)
     instances, capped = apply_caps(instances, config.caps, config.seed)
     if not instances:
-        raise ValueError(f"no instances built; skipped by kind {dict(Counter(s.kind for s in log.records))}")
+        raise DataError(f"no instances built; skipped by kind {dict(Counter(s.kind for s in log.records))}")
     logger.info("%d instances from %s", len(instances), [r.source for r in reads])
     probes = run_probes(instances, config.seed)
     if config.shortcut_probe == "fail":
@@ -356,6 +363,16 @@ def build_data(config: DataConfig, out_dir: str | Path) -> dict:
 
     rows = [i.to_dict() for i in instances]
     features = _features(rows)
+    created = not out_dir.exists()
+    try:
+        return _write(out_dir, config, reads, log, balance, instances, split_of, capped, probes, rows, features)
+    except BaseException:
+        if created:  # nothing half-written left behind
+            shutil.rmtree(out_dir, ignore_errors=True)
+        raise
+
+
+def _write(out_dir, config, reads, log, balance, instances, split_of, capped, probes, rows, features) -> dict:
     out_dir.mkdir(parents=True, exist_ok=True)
     parts = {}
     for split in SPLITS:
@@ -420,3 +437,51 @@ def dataset_card(manifest: dict) -> str:
         *(f"- `{i['path']}` ({i['size']} bytes, sha256 `{i['sha256']}`)" for i in manifest["inputs"]),
     ]
     return "\n".join(lines) + "\n"
+
+
+# ---- memstate build-data ---------------------------------------------------------------------------------------------
+
+
+def make_parser(prog: str | None = None) -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog=prog,
+        description="Build the Instance dataset from raw source files (FEVER, SciFact, PersonaMem). The data YAML's "
+        "keys are DataConfig's (data_build/build.py), with one section per source.",
+    )
+    p.add_argument("--config", required=True, help="Data YAML, e.g. configs/data/fever_fixture.yaml.")
+    p.add_argument("--out", required=True, help="Output dataset dir (parquet + jsonl + manifest.json).")
+    p.add_argument(
+        "--skip-invalid",
+        action="store_true",
+        help="Skip structurally invalid records and list them in the manifest (default: stop at the first one).",
+    )
+    p.add_argument(
+        "--warn-on-shortcuts",
+        action="store_true",
+        help="Only warn (and record it in the manifest) when a shortcut probe predicts the answer more than 5 points "
+        "above the majority class; by default the build fails.",
+    )
+    return p
+
+
+def run(args: argparse.Namespace) -> None:
+    overrides = ({"skip_invalid": True} if args.skip_invalid else {}) | (
+        {"shortcut_probe": "warn"} if args.warn_on_shortcuts else {}
+    )
+    config = load_data_config(args.config, **overrides)
+    try:
+        manifest = build_data(config, args.out)
+    except InputNotFound as e:
+        raise InputNotFound(f"{args.config}: {e}") from None
+    records = manifest["records"]
+    worst = manifest["shortcut_probes"]["worst"]
+    print(
+        f"{manifest['instances_out']} instances ({manifest['counts']['split']}) in {args.out}; "
+        f"{records['skipped']} of {records['read']} records skipped (see manifest.json)"
+    )
+    if worst:
+        verdict = "passed" if manifest["shortcut_probes"]["passed"] else "FAILED (not enforced: --warn-on-shortcuts)"
+        print(
+            f"shortcut probes {verdict}; highest: {worst['source']} {worst['probe']} ({worst['classifier']}) "
+            f"{worst['accuracy']:.3f} vs majority {worst['majority_rate']:.3f}"
+        )

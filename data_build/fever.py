@@ -28,6 +28,8 @@ from memstate.data_build.records import (
 )
 from tqdm.auto import tqdm
 
+from memstate.errors import InputNotFound
+
 FEVER_LABELS = ("SUPPORTS", "REFUTES", "NOT ENOUGH INFO")
 VERIFIABLE_VALUES = ("VERIFIABLE", "NOT VERIFIABLE")
 REQUIRED_FIELDS = ("id", "verifiable", "label", "claim", "evidence")
@@ -195,7 +197,7 @@ def read_claims(fever_dir: Path, files: Sequence[str], log: SkipLog, max_claims:
     for rel in files:
         path = Path(fever_dir) / rel
         if not path.is_file():
-            raise FileNotFoundError(f"FEVER claim file not found: {path}")
+            raise InputNotFound(f"FEVER claim file not found: {path} (fever.claim_files)")
         scan.files.append(path)
         scan.records_in[str(path)] = 0
         with open(path, "rb") as f:
@@ -271,7 +273,7 @@ def scan_wiki(wiki_dir: Path, wanted: Collection[str], log: SkipLog, progress: b
     wiki_dir = Path(wiki_dir)
     files = sorted(wiki_dir.glob("*.jsonl"))
     if not files:
-        raise FileNotFoundError(f"no wiki-pages *.jsonl files found in {wiki_dir}")
+        raise InputNotFound(f"{wiki_dir}: no wiki-pages *.jsonl files (the FEVER wiki dump: fever.dir/wiki-pages)")
     wanted = set(wanted)
     wanted_raw = {v for page in wanted for v in _json_variants(page)}
     scan = WikiScan(files=files)

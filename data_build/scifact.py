@@ -29,6 +29,8 @@ from memstate.data_build.records import (
     input_record,
 )
 
+from memstate.errors import InputNotFound
+
 SOURCE = "scifact"
 CLAIMS_KIND = "scifact_claims"
 CORPUS_KIND = "scifact_corpus"
@@ -441,7 +443,7 @@ def read_scifact(
     corpus_path = scifact_dir / corpus_file
     for path in [corpus_path, *(scifact_dir / rel for rel in claim_files)]:
         if not path.is_file():  # checked up front, so a typo fails before the corpus is read
-            raise FileNotFoundError(f"SciFact file not found: {path}")
+            raise InputNotFound(f"SciFact file not found: {path} (scifact.corpus_file / claim_files)")
     read = SourceRead(source=SOURCE, items=[])
     corpus = _read_corpus(corpus_path, log, read)
     seen: dict[int, str] = {}

@@ -7,21 +7,27 @@ with their 95% CIs. Runs on different data (manifest hash) or prompts are flagge
 
 from __future__ import annotations
 
+import argparse
 import json
 from pathlib import Path
 
 from memstate.evaluate.report import CONDITION_COLUMNS, _ci, _fmt
+
+from memstate.errors import ConfigError, InputError, InputNotFound
 
 
 def load_report(path: str | Path) -> dict:
     path = Path(path)
     file = path / "report.json" if path.is_dir() else path
     if not file.is_file():
-        raise FileNotFoundError(f"{path}: no report.json (run `memstate eval` first)")
-    report = json.loads(file.read_text())
+        raise InputNotFound(f"{path}: no report.json (run `memstate eval` first)")
+    try:
+        report = json.loads(file.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise InputError(f"{file}: not a memstate eval report (not JSON: {e})") from None
     for key in ("checkpoint", "conditions", "metrics"):
-        if key not in report:
-            raise ValueError(f"{file}: not a memstate eval report (no '{key}')")
+        if not isinstance(report, dict) or key not in report:
+            raise InputError(f"{file}: not a memstate eval report (no '{key}')")
     report["_path"] = str(file.parent)
     return report
 
@@ -95,10 +101,23 @@ def compare_png(reports: list[dict], path: Path) -> None:
 def compare_runs(runs: list[str], out_dir: str | Path) -> Path:
     """Write ``compare.md`` and ``compare.png`` into ``out_dir``; return it."""
     if len(runs) < 2:
-        raise ValueError("compare needs at least two runs")
+        raise ConfigError("compare needs at least two runs")
     reports = [load_report(r) for r in runs]
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     (out / "compare.md").write_text(compare_markdown(reports))
     compare_png(reports, out / "compare.png")
     return out
+
+
+def make_parser(prog: str | None = None) -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog=prog, description="Compare evaluation runs: a Markdown table and a bar chart.")
+    p.add_argument("runs", nargs="+", help="Report dirs (or report.json files) of memstate eval runs.")
+    p.add_argument("--out", required=True, help="Output dir for compare.md and compare.png.")
+    return p
+
+
+def run(args: argparse.Namespace) -> None:
+    out = compare_runs(args.runs, args.out)
+    print((out / "compare.md").read_text())
+    print(f"chart: {out / 'compare.png'}")

@@ -23,7 +23,9 @@ from __future__ import annotations
 
 import json
 import logging
-from dataclasses import asdict, dataclass, field
+import os
+import shutil
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 import torch
@@ -34,22 +36,30 @@ from tqdm import tqdm
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from memstate.data import load_split, manifest_sha256
+from memstate.errors import ConfigError, InputNotFound
 from memstate.leak import leaks_answer
+from memstate.parsing import StageParser
 from memstate.prompts import PROMPT_VERSION, SELF_RECHECK_RULES, policy_messages, responder_messages
-from memstate.responder import TransformersResponder
+from memstate.responder_config import ResponderConfig, make_responder
 from memstate.rules import FormatError, parse_state
 from memstate.schema import Instance, option_letters
 
 logger = logging.getLogger("memstate.evaluate")
 
 
-@dataclass
-class EvalConfig:
+@dataclass(kw_only=True)
+class EvalConfig(ResponderConfig):
+    """What to evaluate, and how; the responder fields (``responder_model``, ``responder_url``, ``score_mode``, …)
+    are ``ResponderConfig``'s, with ``responder_model`` defaulting to the checkpoint's training responder."""
+
     checkpoint: str = field(metadata={"help": "Policy checkpoint dir (or a training output dir with final/)."})
     split: str = field(default="test", metadata={"help": "Split to evaluate."})
-    data_dir: str | None = field(default=None, metadata={"help": "Dataset dir; default: the one it trained on."})
-    responder_model: str | None = field(default=None, metadata={"help": "Responder; default: the training one."})
-    out_dir: str | None = field(default=None, metadata={"help": "Report dir; default: CHECKPOINT/eval-SPLIT."})
+    data_dir: str | None = field(
+        default=None, metadata={"help": "Dataset dir; default: the one it trained on.", "aliases": ["--data"]}
+    )
+    out_dir: str | None = field(
+        default=None, metadata={"help": "Report dir; default: CHECKPOINT/eval-SPLIT.", "aliases": ["--out"]}
+    )
     max_new_tokens: int | None = field(
         default=None, metadata={"help": "Token limit of a state; default: the checkpoint's max_completion_length."}
     )
@@ -57,9 +67,8 @@ class EvalConfig:
         default=0.3, metadata={"help": "Sampling temperature of the policy, as the serve API uses it; 0 = greedy."}
     )
     seed: int = field(default=0, metadata={"help": "Sampling seed (the same seed gives the same states)."})
-    batch_size: int = field(default=16, metadata={"help": "Policy generation and responder batch size."})
+    batch_size: int = field(default=16, metadata={"help": "Policy generation batch size."})
     max_instances: int | None = field(default=None, metadata={"help": "Evaluate only the first N instances."})
-    score_mode: str = field(default="likelihood", metadata={"help": "Responder score mode: likelihood or exact."})
     base_policy: str | None = field(
         default=None, metadata={"help": "Untrained policy for self-guide; default: the checkpoint's policy_model."}
     )
@@ -68,7 +77,9 @@ class EvalConfig:
     states_url: str | None = field(
         default=None, metadata={"help": "Reasoning-state API serving CKPT: checkpoint states come from it."}
     )
-    states_api_key: str | None = field(default=None, metadata={"help": "Bearer token for --states-url."})
+    states_api_key_env: str | None = field(
+        default="MEMSTATE_API_KEY", metadata={"help": "Environment variable with the bearer token of --states-url."}
+    )
     bootstrap_resamples: int = field(default=2000, metadata={"help": "Resamples of the paired bootstrap CIs."})
 
 
@@ -76,8 +87,10 @@ def resolve_checkpoint(path: str | Path) -> Path:
     path = Path(path)
     if (path / "final" / "config.json").is_file():
         return path / "final"
+    if not path.is_dir():
+        raise InputNotFound(f"{path}: no such checkpoint directory")
     if not (path / "config.json").is_file():
-        raise FileNotFoundError(f"{path}: not a model checkpoint (no config.json, no final/config.json)")
+        raise InputNotFound(f"{path}: not a model checkpoint (no config.json, no final/config.json)")
     return path
 
 
@@ -187,21 +200,27 @@ def evaluate_checkpoint(config: EvalConfig) -> Path:
     data_dir = config.data_dir or meta.get("data_dir")
     responder_model = config.responder_model or meta.get("responder_model")
     if not data_dir or not responder_model:
-        raise ValueError(f"{checkpoint}: no memstate.json naming data and responder; pass --data and --responder")
+        raise ConfigError(
+            f"{checkpoint}: no memstate.json naming data and responder; pass --data_dir and --responder_model"
+        )
     if config.max_new_tokens is None:
         config.max_new_tokens = meta.get("grpo_config", {}).get("max_completion_length", 128)
     base_policy = config.base_policy or meta.get("policy_model")
     if config.self_guide and not base_policy:
-        raise ValueError(
-            f"{checkpoint}: no memstate.json naming the base policy; pass --base-policy or --no-self-guide"
+        raise ConfigError(
+            f"{checkpoint}: no memstate.json naming the base policy; pass --base_policy or --no_self_guide"
         )
     conditions = ["no_state", *(["self_guide"] if config.self_guide else []), "checkpoint"]
     conditions += ["self_recheck"] if config.self_recheck else []
-    instances = load_split(data_dir, config.split)[: config.max_instances]
+    try:
+        instances = load_split(data_dir, config.split)[: config.max_instances]
+    except FileNotFoundError as e:
+        raise InputNotFound(f"data_dir: {e}") from None
     logger.info("evaluating %s on %d %s instances: %s", checkpoint, len(instances), config.split, conditions)
 
+    states_api_key = os.environ.get(config.states_api_key_env) if config.states_api_key_env else None
     texts = {
-        "checkpoint": api_states(config.states_url, config.states_api_key, instances)
+        "checkpoint": api_states(config.states_url, states_api_key, instances)
         if config.states_url
         else generate_states(checkpoint, instances, config)
     }
@@ -214,7 +233,7 @@ def evaluate_checkpoint(config: EvalConfig) -> Path:
         rules[cond] = [r for r, _ in parsed]
         state_info[cond] = [info for _, info in parsed]
 
-    responder = TransformersResponder(responder_model, batch_size=config.batch_size)
+    responder = make_responder(replace(config, responder_model=responder_model))
     judged = {}
     for cond in conditions:
         logger.info("responder: %s", cond)
@@ -224,7 +243,9 @@ def evaluate_checkpoint(config: EvalConfig) -> Path:
     for i, inst in enumerate(instances):
         record = instance_record(inst)
         for cond in conditions:
-            tokens = len(responder.prompt_ids(responder_messages(inst, rules[cond][i])))
+            messages = responder_messages(inst, rules[cond][i])
+            # Prompt length in tokens: known in-process; an HTTP responder does not report it.
+            tokens = len(responder.prompt_ids(messages)) if hasattr(responder, "prompt_ids") else None
             record[cond] = {
                 **answer_record(inst, judged[cond][i]),
                 "tokens": tokens,
@@ -240,6 +261,7 @@ def evaluate_checkpoint(config: EvalConfig) -> Path:
         "data_dir": str(data_dir),
         "data_manifest_sha256": manifest_sha256(data_dir),
         "responder_model": str(responder_model),
+        "responder_url": config.responder_url,
         "base_policy": str(base_policy) if config.self_guide else None,
         "score_mode": config.score_mode,
         "states_source": config.states_url or "in-process",
@@ -254,10 +276,35 @@ def evaluate_checkpoint(config: EvalConfig) -> Path:
         "records": records,
     }
     out_dir = Path(config.out_dir) if config.out_dir else checkpoint / f"eval-{config.split}"
-    out_dir.mkdir(parents=True, exist_ok=True)
-    (out_dir / "report.json").write_text(json.dumps(report, indent=2))
-    (out_dir / "report.md").write_text(render_markdown(report))
-    render_png(report, out_dir / "report.png")
+    created = not out_dir.exists()
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        (out_dir / "report.json").write_text(json.dumps(report, indent=2))
+        (out_dir / "report.md").write_text(render_markdown(report))
+        render_png(report, out_dir / "report.png")
+    except BaseException:
+        if created:  # no half-written report left behind
+            shutil.rmtree(out_dir, ignore_errors=True)
+        raise
     overall = report["metrics"]["overall"]["conditions"]
     logger.info("report in %s: %s", out_dir, json.dumps({c: overall[c]["accuracy"] for c in conditions}))
     return out_dir
+
+
+# ---- memstate eval ---------------------------------------------------------------------------------------------------
+
+
+def make_parser(prog: str | None = None) -> StageParser:
+    return StageParser(
+        (EvalConfig,),
+        prog=prog,
+        description="Evaluate a checkpoint: memstate eval --checkpoint CKPT [--field value ...] (or --config "
+        "FILE.yaml of the same flat fields). Writes report.json, report.md and report.png.",
+    )
+
+
+def run(parsed: tuple[EvalConfig]) -> None:
+    (config,) = parsed
+    out = evaluate_checkpoint(config)
+    print(f"report: {out / 'report.md'} (and report.json, report.png)")
+    print((out / "report.md").read_text())

@@ -16,18 +16,27 @@ The gain of the policy on a backend is pass(checkpoint) − pass(no_state) over 
 
 from __future__ import annotations
 
+import argparse
 import json
 import logging
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from memstate.evaluate.memsyco.run import MemSycoEvalConfig, evaluate_memsyco
+from memstate.evaluate.memsyco.run import (
+    JudgeArgs,
+    MemSycoEvalConfig,
+    MemSycoParser,
+    add_memsyco_arguments,
+    evaluate_memsyco,
+    remove_if_created,
+)
 from memstate.evaluate.stats import paired_difference_ci
+from memstate.memory.backends import backend_names, get_backend
+
+from memstate.errors import ConfigError
 
 logger = logging.getLogger("memstate.evaluate.sweep")
-
-SWEEP_BACKENDS = ("naive", "evomem", "clag", "memsearch")
 
 
 @dataclass
@@ -35,7 +44,7 @@ class SweepConfig:
     """One MemSyco-Bench evaluation (its ``checkpoint`` required), run once per backend under ``out_dir/BACKEND``."""
 
     evaluation: MemSycoEvalConfig = field(metadata={"help": "Everything but the backend (and its out_dir)."})
-    backends: list[str] = field(default_factory=lambda: list(SWEEP_BACKENDS))
+    backends: list[str] = field(default_factory=lambda: list(backend_names()))
     bootstrap_resamples: int = 2000
 
     def eval_config(self, backend: str) -> MemSycoEvalConfig:
@@ -177,11 +186,12 @@ def render_png(sweep: dict[str, Any], path: Path) -> None:
 
 def run_sweep(config: SweepConfig) -> Path:
     """Evaluate every backend with and without the policy's states; write sweep.json / .md / .png; return OUT."""
-    unknown = [b for b in config.backends if b not in SWEEP_BACKENDS]
-    if unknown or not config.backends:
-        raise ValueError(f"backends must be some of {list(SWEEP_BACKENDS)}, got {config.backends}")
+    if not config.backends:
+        raise ConfigError("give at least one memory backend to sweep (--backends)")
+    for name in config.backends:
+        get_backend(name)  # every name is known before the first backend runs
     if not config.evaluation.checkpoint:
-        raise ValueError("a sweep measures the policy: give a checkpoint")
+        raise ConfigError("a sweep measures the policy: give --checkpoint")
     ev = config.evaluation
     out = Path(ev.out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -219,3 +229,38 @@ def run_sweep(config: SweepConfig) -> Path:
     render_png(sweep, out / "sweep.png")
     logger.info("sweep report in %s", out)
     return out
+
+
+# ---- memstate eval sweep --------------------------------------------------------------------------------------------
+
+
+@dataclass
+class SweepArgs:
+    backends: list[str] = field(
+        default_factory=lambda: list(backend_names()),
+        metadata={"help": "Memory backends to sweep (default: every registered one; memstate.memory.backends)."},
+    )
+    bootstrap_resamples: int = field(default=2000, metadata={"help": "Paired bootstrap resamples."})
+
+
+def make_parser(prog: str | None = None) -> MemSycoParser:
+    parser = MemSycoParser(
+        (MemSycoEvalConfig, JudgeArgs, SweepArgs),
+        prog=prog,
+        description="Runs `eval memsyco --memory_backend B` for each backend (--backends; a --memory_backend given "
+        "here is replaced) with conditions no_state and checkpoint on the same rows; writes OUT/sweep.md (pass rates "
+        "and the policy's gain with a paired bootstrap CI per backend), sweep.json, sweep.png, and each backend's "
+        "report under OUT/<backend>/ (evaluate/sweep.py). --checkpoint is required.",
+    )
+    add_memsyco_arguments(parser)
+    return parser
+
+
+def run(parsed: tuple[MemSycoEvalConfig, JudgeArgs, SweepArgs, argparse.Namespace]) -> None:
+    evaluation, _, sweep, _ = parsed
+    if not evaluation.responder_model:
+        raise ConfigError("responder_model is required (the responder that answers the rows)")
+    with remove_if_created(evaluation.out_dir):
+        out = run_sweep(SweepConfig(evaluation, sweep.backends, sweep.bootstrap_resamples))
+    print((out / "sweep.md").read_text())
+    print(f"chart: {out / 'sweep.png'}")

@@ -18,11 +18,10 @@ from memstate.memory.ingest import (
 from memstate.memory.llm_client import ChatJSON, LLMError
 from memstate.memory.memsearch import MemSearchConfig, contribution, greedy_path, memsearch
 from memstate.memory.records import IngestReport, Proposal, Session, StoredFact, Turn
-from memstate.memory.retrieve import BACKENDS, Retrieved, retrieve
+from memstate.memory.retrieve import Retrieved, retrieve
 from memstate.memory.store import MemoryStore, StoreError
 
 __all__ = [
-    "BACKENDS",
     "Backend",
     "Query",
     "backend_names",

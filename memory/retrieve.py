@@ -24,8 +24,6 @@ from memstate.memory.store import MemoryStore
 
 from memstate.schema import Fact, Relation
 
-BACKENDS = ("evomem", "naive", "clag", "memsearch")
-
 
 @dataclass(frozen=True)
 class Retrieved:
@@ -50,8 +48,6 @@ def retrieve(
     query_vector: np.ndarray | None = None,
     llm: ChatJSON | None = None,
     settings: Any = None,
-    clag: Any = None,
-    memsearch_config: Any = None,
 ) -> Retrieved:
     """Facts and relational state for ``query`` from ``backend`` (a registered name); see the module docstring.
     ``max_facts`` caps the facts returned (default ``3 * k``: evomem's traversal, memsearch's path); ``query_vector``
@@ -60,8 +56,6 @@ def retrieve(
     fragments and sub-queries); without it they use their rule-based versions (labelled in ``trace``).
     ``settings``: an instance of the backend's settings dataclass (default: its defaults)."""
     spec = get_backend(backend)
-    if settings is None:
-        settings = {"clag": clag, "memsearch": memsearch_config}.get(backend)
     vec = store.embed_query(query) if query_vector is None else query_vector
     limit = max_facts if max_facts is not None else 3 * k
     order, trace = spec.search(Query(store, query, vec, k, limit, depth, llm, settings))

@@ -23,3 +23,16 @@ class ServerUnavailable(MemstateError, RuntimeError):
     """An HTTP endpoint (responder, judge, extractor, policy API) that did not answer after its retries."""
 
     hint = "check the URL and that the server is up (its /health); --debug shows the last HTTP error"
+
+
+class InputError(MemstateError, ValueError):
+    """A record of an input file (dataset, dialogue, shared contexts) that breaks its format; the message is
+    ``FILE:LINE: field: reason``. Core readers raise it; a stage may re-raise it as its own subclass of
+    ``MemstateError`` (``DataError``, ``IngestError``) or let it through."""
+
+
+class InputNotFound(MemstateError, FileNotFoundError):
+    """A file or directory the user named (a checkpoint, a dataset, a store, an input file) that is not there or
+    is not what the command needs."""
+
+    hint = "check the path (relative paths are from the current directory)"

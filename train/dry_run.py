@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import math
 
-from memstate.train.config import MemstateTrainArguments
+from memstate.train.config import MemstateTrainArguments, load_train_instances
 from memstate.train.data import prompt_tokens
 from transformers import AutoTokenizer
 from trl import GRPOConfig
 
-from memstate.data import load_split
+from memstate.errors import ConfigError
 
 
 def batch_arithmetic(config: GRPOConfig, n_instances: int, world_size: int) -> dict[str, int]:
@@ -28,13 +28,13 @@ def batch_arithmetic(config: GRPOConfig, n_instances: int, world_size: int) -> d
     per_micro = config.per_device_train_batch_size * world_size
     generation = config.generation_batch_size or per_micro * (config.steps_per_generation or 1)
     if generation % config.num_generations or generation % per_micro:
-        raise ValueError(
+        raise ConfigError(
             f"generation_batch_size {generation} must divide by num_generations {config.num_generations} and by "
             f"per_device_train_batch_size x world size = {per_micro}"
         )
     micro_steps_per_generation = generation // per_micro
     if micro_steps_per_generation % config.gradient_accumulation_steps:
-        raise ValueError(
+        raise ConfigError(
             f"{micro_steps_per_generation} micro-batches per generation round do not divide into "
             f"gradient_accumulation_steps={config.gradient_accumulation_steps}"
         )
@@ -61,14 +61,12 @@ def batch_arithmetic(config: GRPOConfig, n_instances: int, world_size: int) -> d
 
 def dry_run(script_args: MemstateTrainArguments, config: GRPOConfig, world_size: int) -> dict:
     """Load the data and the tokenizer (no weights), measure prompt lengths, and return the arithmetic."""
-    instances = load_split(script_args.data_dir, script_args.train_split)
-    if script_args.max_train_instances:
-        instances = instances[: script_args.max_train_instances]
+    instances = load_train_instances(script_args)
     if not instances:
-        raise ValueError(f"{script_args.data_dir}: split {script_args.train_split!r} is empty")
+        raise ConfigError(f"{script_args.data_dir}: split {script_args.train_split!r} is empty")
     tokenizer = AutoTokenizer.from_pretrained(script_args.policy_model)
     if tokenizer.chat_template is None:
-        raise ValueError(f"{script_args.policy_model}: the tokenizer has no chat template")
+        raise ConfigError(f"{script_args.policy_model}: the tokenizer has no chat template")
     lengths = sorted(prompt_tokens(tokenizer, inst) for inst in instances)
     report = batch_arithmetic(config, len(instances), world_size)
     report |= {

@@ -17,7 +17,7 @@ import torch
 from accelerate.utils import gather_object
 from memstate.reward.cache import BaselineCache
 from memstate.reward.counterfactual import CounterfactualGainReward, RewardConfig
-from memstate.train.config import MemstateTrainArguments
+from memstate.train.config import MemstateTrainArguments, load_train_instances
 from memstate.train.curves import plot_training_curves
 from memstate.train.data import grpo_dataset
 from memstate.train.warmup import format_warmup
@@ -25,9 +25,11 @@ from peft import LoraConfig, PeftModel
 from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
 from trl import GRPOConfig, GRPOTrainer
 
-from memstate.data import load_split, manifest_sha256
+from memstate.data import manifest_sha256
+from memstate.errors import ConfigError
 from memstate.prompts import PROMPT_VERSION
-from memstate.responder import make_responder, outside_zero3
+from memstate.responder import outside_zero3
+from memstate.responder_config import ResponderConfig, make_responder
 
 logger = logging.getLogger("memstate.train")
 
@@ -71,7 +73,8 @@ def model_card(metadata: dict, log_history: list[dict]) -> str:
             "",
             "Writes 2–4 rules telling a frozen responder how to use a user's memories (see memstate's DESIGN.md).",
             f"- base policy: `{metadata['policy_model']}`; responder: `{metadata['responder_model']}`",
-            f"- prompts: `{metadata['prompt_version']}`; reward mode: {args['reward_mode']}; LoRA merged: "
+            f"- prompts: `{metadata['prompt_version']}`; score mode: {metadata['responder']['score_mode']}; "
+            f"LoRA merged: "
             f"{args['use_peft']}",
             f"- data: `{metadata['data_dir']}` (manifest sha256 `{metadata['data_manifest_sha256']}`)",
             f"- GRPO steps logged: {len(rewards)}; reward first/last logged: "
@@ -83,27 +86,16 @@ def model_card(metadata: dict, log_history: list[dict]) -> str:
     )
 
 
-def responder_http_options(args: MemstateTrainArguments) -> dict:
-    if not args.responder_url:
-        return {}
-    key = os.environ.get(args.responder_api_key_env) if args.responder_api_key_env else None
-    return {
-        "api_key": key,
-        "concurrency": args.responder_concurrency,
-        "timeout": args.responder_timeout,
-        "max_retries": args.responder_max_retries,
-    }
-
-
-def run_metadata(script_args: MemstateTrainArguments, grpo_config: GRPOConfig) -> dict:
+def run_metadata(script_args: MemstateTrainArguments, responder: ResponderConfig, grpo_config: GRPOConfig) -> dict:
     """What a checkpoint needs to be served and evaluated exactly as it was trained."""
     return {
         "prompt_version": PROMPT_VERSION,
         "policy_model": script_args.policy_model,
-        "responder_model": script_args.responder_model,
+        "responder_model": responder.responder_model,
         "data_dir": script_args.data_dir,
         "data_manifest_sha256": manifest_sha256(script_args.data_dir),
         "memstate_args": asdict(script_args),
+        "responder": asdict(responder),  # the API key's variable name only, never the key
         "grpo_config": grpo_config.to_dict(),
     }
 
@@ -126,43 +118,40 @@ def latest_checkpoint(output_dir: str | Path) -> Path | None:
     return max(ckpts, key=lambda p: int(p.name.split("-")[-1]), default=None)
 
 
-def train(script_args: MemstateTrainArguments, grpo_config: GRPOConfig, *, resume: bool = False) -> Path:
+def train(
+    script_args: MemstateTrainArguments,
+    responder_config: ResponderConfig,
+    grpo_config: GRPOConfig,
+    *,
+    resume: bool = False,
+) -> Path:
     """Run the whole training job; return the directory of the final model."""
     os.environ.setdefault("WANDB_MODE", "offline")  # wandb logs locally unless the user configured a server
     output_dir = Path(grpo_config.output_dir)
     # The offline run directory lands next to the checkpoints, unless the user chose a WANDB_DIR.
     os.environ["WANDB_DIR"] = _USER_WANDB_DIR or str(output_dir)
-    output_dir.mkdir(parents=True, exist_ok=True)
     if resume and latest_checkpoint(output_dir) is None:
-        raise FileNotFoundError(f"--resume: no checkpoint-* directory in {output_dir} to resume from")
+        raise ConfigError(f"--resume: no checkpoint-* directory in {output_dir} to resume from")
     timers = StageTimer()
 
     with timers("load_data"):
-        instances = load_split(script_args.data_dir, script_args.train_split)
-        if script_args.max_train_instances:
-            instances = instances[: script_args.max_train_instances]
+        instances = load_train_instances(script_args)
         logger.info("%d %s instances from %s", len(instances), script_args.train_split, script_args.data_dir)
 
     with timers("load_responder"):
-        responder = make_responder(
-            script_args.responder_model,
-            script_args.responder_url,
-            batch_size=script_args.responder_batch_size,
-            device="cpu" if grpo_config.use_cpu else "cuda",
-            **responder_http_options(script_args),
-        )
-        if script_args.responder_url:
-            responder.check_health()  # a responder that is down fails here, before any training starts
+        # A responder server that is down fails here (make_responder checks its health), before any training.
+        responder = make_responder(responder_config, device="cpu" if grpo_config.use_cpu else "cuda")
         reward = CounterfactualGainReward(
             responder,
             RewardConfig(
-                mode=script_args.reward_mode,
+                mode=responder_config.score_mode,
                 format_penalty=script_args.format_penalty,
                 leak_penalty=script_args.leak_penalty,
             ),
             BaselineCache(script_args.baseline_cache),
         )
 
+    output_dir.mkdir(parents=True, exist_ok=True)  # only once data and responder are known to be there
     policy = script_args.policy_model
     if script_args.format_warmup_steps > 0:
         warm_dir = output_dir / "format-warmup"
@@ -181,7 +170,7 @@ def train(script_args: MemstateTrainArguments, grpo_config: GRPOConfig, *, resum
                 )
         policy = str(warm_dir)
 
-    metadata = run_metadata(script_args, grpo_config)
+    metadata = run_metadata(script_args, responder_config, grpo_config)
     with timers("build_trainer"):
         tokenizer = AutoTokenizer.from_pretrained(policy)
         dataset, truncated = grpo_dataset(instances, tokenizer, script_args.max_prompt_tokens)

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import argparse
 import hashlib
 import json
 import logging
+import os
+import shutil
 from collections import defaultdict
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field, replace
@@ -25,7 +28,10 @@ from memstate.evaluate.memsyco.data import (
 from memstate.evaluate.memsyco.judge import JUDGES, JUDGING_SOURCE, JudgeConfig, JudgeResult, check_judge, judge_answer
 from tqdm import tqdm
 
+from memstate.errors import ConfigError
+from memstate.parsing import StageParser
 from memstate.prompts import PROMPT_VERSION, Message, responder_messages
+from memstate.responder_config import ResponderConfig, make_responder
 from memstate.rules import FormatError, parse_state, strip_think
 from memstate.schema import Fact, Instance
 
@@ -34,13 +40,17 @@ logger = logging.getLogger("memstate.evaluate.memsyco")
 # ---- the evaluation -------------------------------------------------------------------------------------------------
 
 
-@dataclass
-class MemSycoEvalConfig:
-    data: list[str] = field(metadata={"help": "MemSyco-Bench JSONL files and/or directories of them."})
-    responder_model: str = field(metadata={"help": "Responder model path/id (in-process unless responder_url)."})
-    judge: JudgeConfig = field(metadata={"help": "The LLM judge."})
-    out_dir: str = field(metadata={"help": "Report directory."})
-    responder_url: str | None = field(default=None, metadata={"help": "OpenAI-compatible server of the responder."})
+@dataclass(kw_only=True)
+class MemSycoEvalConfig(ResponderConfig):
+    """One MemSyco-Bench evaluation; the responder fields (``responder_model``, ``responder_url``, …) are
+    ``ResponderConfig``'s, the judge a ``JudgeConfig`` (on the command line: ``JudgeArgs``' ``judge_*`` flags)."""
+
+    data: list[str] = field(
+        default_factory=list,
+        metadata={"help": "MemSyco-Bench JSONL files and/or directories of them (or as positional arguments)."},
+    )
+    judge: JudgeConfig | None = field(default=None, metadata={"help": "The LLM judge.", "cli": False})
+    out_dir: str = field(metadata={"help": "Report directory.", "aliases": ["--out"]})
     checkpoint: str | None = field(default=None, metadata={"help": "Policy checkpoint: adds the checkpoint condition."})
     schema: str | None = field(default=None, metadata={"help": "schema.json; default: the one beside each file."})
     max_rows: int | None = field(default=None, metadata={"help": "Use only the first N rows of each file."})
@@ -50,19 +60,21 @@ class MemSycoEvalConfig:
         default=None, metadata={"help": "Token limit of a state; default: the checkpoint's max_completion_length."}
     )
     answer_max_tokens: int = field(default=256, metadata={"help": "Token limit of a responder answer."})
-    batch_size: int = field(default=8, metadata={"help": "Responder and policy batch size."})
+    batch_size: int = field(default=8, metadata={"help": "Policy batch size, and prompts per responder call."})
     include_memory: bool = field(default=True, metadata={"help": "Show the gold memory items as facts (oracle)."})
     relations: str = field(
         default="pipeline",
         metadata={"help": "Relations between the memory items: 'pipeline' (the memory pipeline draws them from the "
-                  "items' text) or 'gold' (from the benchmark's status: the answer key shown, an oracle)."},
+                  "items' text) or 'gold' (from the benchmark's status: the answer key shown, an oracle).",
+                  "choices": ["pipeline", "gold"]},
     )  # fmt: skip
     max_fact_chars: int = field(default=800, metadata={"help": "Characters per fact (cut at a word boundary)."})
     max_dialogue_facts: int = field(default=12, metadata={"help": "Latest dialogue facts kept per row."})
     memory_backend: str | None = field(
         default=None,
-        metadata={"help": "naive, evomem, clag or memsearch: facts come from the memory pipeline run over the row's "
-                  "dialogue (rule extractor, one store per row), not from the benchmark's gold memory items."},
+        metadata={"help": "A registered memory backend (memstate.memory.backends; built in: evomem, naive, clag, "
+                  "memsearch): facts come from the memory pipeline run over the row's dialogue (rule extractor, one "
+                  "store per row), not from the benchmark's gold memory items."},
     )  # fmt: skip
     memory_k: int = field(default=10, metadata={"help": "Seed facts the memory pipeline retrieves per question."})
     memory_embedder: str | None = field(
@@ -81,8 +93,36 @@ class MemSycoEvalConfig:
     )  # fmt: skip
     memory_options: dict = field(
         default_factory=dict,
-        metadata={"help": "Overrides of memory.ClagConfig / MemSearchConfig: {'clag': {...}, 'memsearch': {...}}."},
+        metadata={"help": "Settings of the backends by name, e.g. {'clag': {...}, 'memsearch': {...}} (fields of "
+                  "the settings dataclass each backend registers).",
+                  "cli": False},
+    )  # fmt: skip
+
+
+@dataclass
+class JudgeArgs:
+    """The judge on the command line (flat ``judge_*`` flags); ``to_config()`` is the ``JudgeConfig``."""
+
+    judge_url: str = field(metadata={"help": "OpenAI-compatible server of the judge (e.g. vllm serve)."})
+    judge_model: str = field(metadata={"help": "Model name the judge server serves."})
+    judge_temperature: float = field(default=0.0, metadata={"help": "Judge temperature (the benchmark uses 0)."})
+    judge_api_key_env: str | None = field(
+        default="MEMSTATE_JUDGE_API_KEY", metadata={"help": "Environment variable with the judge's bearer token."}
     )
+    judge_concurrency: int = field(default=8, metadata={"help": "Judge requests in flight at once."})
+    judge_timeout: float = field(default=120.0, metadata={"help": "Seconds per judge request."})
+    judge_retries: int = field(default=3, metadata={"help": "Retries per judge request."})
+
+    def to_config(self) -> JudgeConfig:
+        return JudgeConfig(
+            url=self.judge_url,
+            model=self.judge_model,
+            temperature=self.judge_temperature,
+            api_key=os.environ.get(self.judge_api_key_env) if self.judge_api_key_env else None,
+            concurrency=self.judge_concurrency,
+            timeout=self.judge_timeout,
+            retries=self.judge_retries,
+        )
 
 
 def _sha256(path: Path) -> str:
@@ -202,12 +242,14 @@ def render_markdown(report: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def memory_settings(config: MemSycoEvalConfig) -> tuple[Any, Any]:
-    """The ``ClagConfig`` and ``MemSearchConfig`` this evaluation runs with."""
-    from memstate.memory import ClagConfig, MemSearchConfig
+def memory_settings(config: MemSycoEvalConfig) -> Any:
+    """The settings of ``config.memory_backend`` this evaluation runs with (None for a backend without settings)."""
+    from memstate.memory.backends import get_backend
 
-    clag = {"bootstrap_min": config.clag_bootstrap_min, **config.memory_options.get("clag", {})}
-    return ClagConfig(**clag), MemSearchConfig(**config.memory_options.get("memsearch", {}))
+    options = dict(config.memory_options.get(config.memory_backend, {}))
+    if config.memory_backend == "clag":
+        options.setdefault("bootstrap_min", config.clag_bootstrap_min)
+    return get_backend(config.memory_backend).make_settings(options)
 
 
 def memory_llm(config: MemSycoEvalConfig) -> Any:
@@ -221,14 +263,6 @@ def memory_llm(config: MemSycoEvalConfig) -> Any:
     return ChatJSON(config.memory_llm_url, config.memory_llm_model)
 
 
-_DECISIONS = {  # backend → (without an LLM, with one)
-    "naive": ("none (dense top-k)",) * 2,
-    "evomem": ("none (dense seeds + stored relations)",) * 2,
-    "clag": ("rule-based (nearest-centroid routing, keyword profiles, similarity cluster choice)",
-             "llm (routing, profiles, cluster choice)"),
-    "memsearch": ("rule-based (extractive fragments, uncovered-seed sub-queries)",
-                  "llm (verbatim fragments, sub-queries)"),
-}  # fmt: skip
 _TRACE_KEYS = ("mode", "selector", "router", "profiles", "clusters", "n_clusters", "seed_pipeline", "extractor",
                "seeds", "sub_queries", "fallback", "rejected_fragments", "llm_failures")  # fmt: skip
 
@@ -244,14 +278,14 @@ def pipeline_instance(
 
     path = out_dir / "stores" / f"{instance.id}.sqlite"
     path.parent.mkdir(parents=True, exist_ok=True)
-    clag, memsearch = memory_settings(config)
+    settings = memory_settings(config)
     embedder = embedder_from_name(config.memory_embedder) if config.memory_embedder else None
     with MemoryStore(path, embedder) as store:
         extractor = RuleExtractor()
         for session in memsyco_sessions(row):
             store.ingest_session(list(session.turns), extractor, session_id=session.id)
-        got = retrieve(store, row.question, k=config.memory_k, backend=config.memory_backend, llm=llm, clag=clag,
-                       memsearch_config=memsearch)  # fmt: skip
+        got = retrieve(store, row.question, k=config.memory_k, backend=config.memory_backend, llm=llm,
+                       settings=settings)  # fmt: skip
         n_stored = len(store)
     trace = {k: got.trace[k] for k in _TRACE_KEYS if k in got.trace}
     if "path" in got.trace:
@@ -284,8 +318,6 @@ def relations_info(config: MemSycoEvalConfig, rows: list[MemSycoRow], pipeline_d
 
 def evaluate_memsyco(config: MemSycoEvalConfig) -> Path:
     """Answer, judge and report (see the module docstring); return the report dir."""
-    from memstate.responder import make_responder
-
     files = memsyco_files(config.data)
     loaded = [(f, load_memsyco(f, config.schema)) for f in files]
     rows = [r for _, rs in loaded for r in rs[: config.max_rows]]
@@ -295,7 +327,7 @@ def evaluate_memsyco(config: MemSycoEvalConfig) -> Path:
             raise MemSycoError(f"{row.where}: field id: {row.id!r} is already the id of {seen[row.id]}")
         seen[row.id] = row.where
     if config.relations == "gold" and config.memory_backend:
-        raise ValueError("gold relations and a memory backend exclude each other: the backend's retrieval replaces "
+        raise ConfigError("gold relations and a memory backend exclude each other: the backend's retrieval replaces "
                          "the memory items and their relations")  # fmt: skip
     instances = [
         to_instance(
@@ -312,26 +344,24 @@ def evaluate_memsyco(config: MemSycoEvalConfig) -> Path:
     )
     memory_info = None
     if config.memory_backend:
-        from memstate.memory import BACKENDS
+        from memstate.memory.backends import get_backend
 
-        if config.memory_backend not in BACKENDS:
-            raise ValueError(f"memory_backend {config.memory_backend!r} is not one of {list(BACKENDS)}")
+        backend = get_backend(config.memory_backend)  # an unknown name fails here, before any store is built
+        settings = memory_settings(config)
         out_dir = Path(config.out_dir)
         llm = memory_llm(config)
         instances = [
             pipeline_instance(r, inst, config, out_dir, llm) for r, inst in tqdm(
                 list(zip(rows, instances, strict=True)), desc=f"memory ({config.memory_backend})", unit="row")
         ]  # fmt: skip
-        clag, memsearch = memory_settings(config)
         memory_info = {
             "backend": config.memory_backend,
             "k": config.memory_k,
             "embedder": config.memory_embedder or "all-MiniLM-L6-v2",
             "extractor": "RuleExtractor",
             "llm": llm.describe() if llm is not None else None,
-            "decisions": _DECISIONS[config.memory_backend][llm is not None],
-            "clag": asdict(clag) if config.memory_backend == "clag" else None,
-            "memsearch": asdict(memsearch) if config.memory_backend == "memsearch" else None,
+            "decisions": backend.decisions[llm is not None],
+            "settings": asdict(settings) if settings is not None else None,
         }
         if llm is not None:
             memory_info["llm_calls"], memory_info["llm_failures"] = llm.calls, llm.failures
@@ -343,7 +373,7 @@ def evaluate_memsyco(config: MemSycoEvalConfig) -> Path:
     states: list[str] = []
     if config.checkpoint:  # states first: the policy is freed before the responder loads
         states, policy_info = _policy_states(config, instances)
-    responder = make_responder(config.responder_model, config.responder_url, batch_size=config.batch_size)
+    responder = make_responder(config)
     conditions: dict[str, list[tuple[str, ...] | None]] = {"no_state": [None] * len(instances)}
     parsed = [parse_state(t) for t in states]
     if config.checkpoint:
@@ -437,3 +467,68 @@ def evaluate_memsyco(config: MemSycoEvalConfig) -> Path:
     (out / "memsyco_report.md").write_text(render_markdown(report))
     logger.info("MemSyco-Bench report in %s", out)
     return out
+
+
+# ---- memstate eval memsyco ------------------------------------------------------------------------------------------
+
+
+class MemSycoParser(StageParser):
+    """MemSyco-Bench files may also come as positional arguments; ``--gold-relations`` is ``--relations gold``."""
+
+    def parse_args_and_config(self, args: list[str] | None = None, **kwargs) -> tuple:  # type: ignore[override]
+        *configs, options = super().parse_args_and_config(args, **kwargs)
+        evaluation = configs[0]
+        evaluation.data = [*evaluation.data, *options.data_files]
+        if not evaluation.data:
+            self.error("give MemSyco-Bench .jsonl files or directories (positional, or --data)")
+        if options.gold_relations:
+            evaluation.relations = "gold"
+        judge_args = next(c for c in configs if isinstance(c, JudgeArgs))
+        evaluation.judge = judge_args.to_config()
+        return (*configs, options)
+
+
+def add_memsyco_arguments(parser: StageParser) -> None:
+    parser.add_argument("data_files", nargs="*", help="MemSyco-Bench .jsonl files or directories of them.")
+    parser.add_argument(
+        "--gold-relations", "--gold_relations", action="store_true", help="Same as --relations gold (an oracle)."
+    )
+
+
+def make_parser(prog: str | None = None) -> MemSycoParser:
+    parser = MemSycoParser(
+        (MemSycoEvalConfig, JudgeArgs),
+        prog=prog,
+        description="MemSyco-Bench rows (validated against its schema.json) answered by the responder with no state "
+        "and, with --checkpoint, with the checkpoint's states; the judge follows the benchmark's published prompts "
+        "and pass rules (evaluate/memsyco/). Writes OUT/memsyco_report.json and .md.",
+    )
+    add_memsyco_arguments(parser)
+    return parser
+
+
+def remove_if_created(out_dir: str | Path):
+    """A context manager: on failure, remove ``out_dir`` if it did not exist before (nothing half-written left)."""
+    from contextlib import contextmanager
+
+    @contextmanager
+    def guard():
+        out = Path(out_dir)
+        created = not out.exists()
+        try:
+            yield out
+        except BaseException:
+            if created:
+                shutil.rmtree(out, ignore_errors=True)
+            raise
+
+    return guard()
+
+
+def run(parsed: tuple[MemSycoEvalConfig, JudgeArgs, argparse.Namespace]) -> None:
+    config = parsed[0]
+    if not config.responder_model:
+        raise ConfigError("responder_model is required (the responder that answers the rows)")
+    with remove_if_created(config.out_dir):
+        out = evaluate_memsyco(config)
+    print((out / "memsyco_report.md").read_text())

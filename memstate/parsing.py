@@ -1,0 +1,113 @@
+"""The parser every stage builds its command from: ``TrlParser`` (dataclass fields as ``--field`` flags, a
+``--config FILE.yaml`` of flat field keys, command-line values override the file) whose user mistakes become one-line
+``ConfigError``s that name the file, line and field instead of tracebacks.
+
+A stage module exposes ``make_parser(prog)`` (this parser, or a plain ``argparse`` one) and ``run(parsed)``;
+``memstate.cli`` lists the commands and calls them (see its docstring).
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import dataclasses
+import os
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any
+
+import yaml
+from trl import TrlParser
+
+from memstate.errors import ConfigError
+
+
+def read_yaml(path: str | Path) -> Any:
+    """A YAML file's content; a missing file or a syntax error is a ``ConfigError`` naming the file (and line)."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ConfigError(f"{path}: no such config file") from None
+    except IsADirectoryError:
+        raise ConfigError(f"{path}: is a directory, not a YAML config file") from None
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f"{path}:{mark.line + 1}" if mark is not None else str(path)
+        problem = getattr(e, "problem", None) or str(e).splitlines()[0]
+        raise ConfigError(f"{where}: not valid YAML: {problem}") from None
+
+
+class StageParser(TrlParser):
+    """``TrlParser`` with user errors as ``ConfigError`` (file, field) and unknown flags as argparse errors (exit 2).
+
+    A dataclass field whose metadata says ``{"cli": False}`` gets no flag (it is set by code, e.g. a nested config).
+    """
+
+    @staticmethod
+    def _parse_dataclass_field(parser: argparse.ArgumentParser, field: dataclasses.Field) -> None:
+        if field.metadata.get("cli", True) is False:
+            return
+        if "cli" in field.metadata:
+            field = copy.copy(field)
+            field.metadata = MappingProxyType({k: v for k, v in field.metadata.items() if k != "cli"})
+        TrlParser._parse_dataclass_field(parser, field)
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.add_argument(
+            "--config", metavar="FILE.yaml", help="YAML of flat field: value pairs; flags given here override it."
+        )
+
+    def field_names(self) -> set[str]:
+        return {a.dest for a in self._actions if a.dest not in (None, argparse.SUPPRESS)}
+
+    def parse_args_and_config(self, args: list[str] | None = None, **kwargs: Any) -> tuple:  # type: ignore[override]
+        args = list(args or [])
+        source = "command line"
+        if "--config" in args:
+            i = args.index("--config")
+            if i + 1 >= len(args):
+                self.error("argument --config: expected one argument")
+            path = args[i + 1]
+            del args[i : i + 2]
+            config = read_yaml(path)
+            if config is None:
+                config = {}
+            if not isinstance(config, dict):
+                raise ConfigError(f"{path}: expected a mapping of field: value, got {type(config).__name__}")
+            env = config.pop("env", {})
+            if not isinstance(env, dict):
+                raise ConfigError(f"{path}: field env: expected a mapping of variable: value")
+            known = self.field_names() - {"config", "help"}
+            unknown = sorted(set(config) - known)
+            if unknown:
+                raise ConfigError(
+                    f"{path}: unknown field(s) {', '.join(unknown)} (see `--help` for the fields of this command)"
+                )
+            for key, value in env.items():
+                os.environ[str(key)] = str(value)
+            self.set_defaults_with_config(**config)
+            source = f"{path} (with command-line overrides)"
+        namespace, remaining = self.parse_known_args(args)
+        del namespace.config  # read above
+        if remaining:
+            self.error(f"unrecognized arguments: {' '.join(remaining)}")
+        outputs = []
+        for dtype in self.dataclass_types:
+            keys = {f.name for f in dataclasses.fields(dtype) if f.init}
+            inputs = {k: v for k, v in vars(namespace).items() if k in keys}
+            for k in keys & set(vars(namespace)):
+                delattr(namespace, k)
+            try:
+                outputs.append(dtype(**inputs))
+            except ConfigError as e:
+                raise ConfigError(f"{source}: {e}") from None
+            except ValueError as e:  # a config class's own validation (e.g. GRPOConfig.__post_init__)
+                message = " ".join(str(e).split())
+                raise ConfigError(f"{source}: {dtype.__name__}: {message}") from None
+        if vars(namespace):
+            outputs.append(namespace)
+        return tuple(outputs)

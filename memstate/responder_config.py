@@ -1,0 +1,92 @@
+"""The responder settings every command shares (``train``, ``reward precompute-baselines``, ``eval``, ``eval memsyco``,
+``eval sweep``, ``memory ask``), and ``make_responder`` that turns them into a responder.
+
+One dataclass, so the flags read the same everywhere: ``--responder_model`` / ``--responder-model``,
+``--responder_url``, … (``HfArgumentParser`` accepts both spellings), and the same flat keys in a YAML config.
+Light on purpose: torch and transformers are imported only when an in-process responder is built.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from memstate.errors import ConfigError, InputNotFound
+
+if TYPE_CHECKING:
+    from memstate.responder_protocol import Responder
+
+SCORE_MODES = ("likelihood", "exact")
+
+
+@dataclass
+class ResponderConfig:
+    """The frozen responder: in-process (``transformers``) unless ``responder_url`` names a server."""
+
+    responder_model: str | None = field(
+        default=None,
+        metadata={
+            "help": "Frozen responder: a local path/hub id loaded in-process, or, with responder_url, the model name "
+            "the server serves.",
+            "aliases": ["--responder"],
+        },
+    )
+    responder_url: str | None = field(
+        default=None, metadata={"help": "OpenAI-compatible endpoint of the responder (vllm serve), e.g. http://h:8000"}
+    )
+    responder_api_key_env: str | None = field(
+        default=None, metadata={"help": "Environment variable holding the endpoint's API key, if it needs one."}
+    )
+    responder_concurrency: int = field(default=64, metadata={"help": "HTTP requests in flight at once."})
+    responder_timeout: float = field(default=120.0, metadata={"help": "Seconds per HTTP request."})
+    responder_max_retries: int = field(default=4, metadata={"help": "Retries per HTTP request before giving up."})
+    responder_batch_size: int = field(default=32, metadata={"help": "Prompts per forward pass (in-process)."})
+    score_mode: str = field(
+        default="likelihood",
+        metadata={
+            "help": "How the responder's answer is scored: likelihood (dense: log-probability of the right option) "
+            "or exact (greedy answer compared to the answer).",
+            "choices": list(SCORE_MODES),
+        },
+    )
+
+    def __post_init__(self) -> None:
+        if self.score_mode not in SCORE_MODES:
+            raise ConfigError(f"score_mode must be one of {list(SCORE_MODES)}, got {self.score_mode!r}")
+        for name in ("responder_concurrency", "responder_batch_size"):
+            if getattr(self, name) < 1:
+                raise ConfigError(f"{name} must be at least 1, got {getattr(self, name)}")
+        if self.responder_max_retries < 0:
+            raise ConfigError(f"responder_max_retries must be at least 0, got {self.responder_max_retries}")
+
+    def api_key(self) -> str | None:
+        """The endpoint's API key, read from ``responder_api_key_env`` (never stored in a config or checkpoint)."""
+        return os.environ.get(self.responder_api_key_env) if self.responder_api_key_env else None
+
+
+def make_responder(config: ResponderConfig, device: str = "cpu") -> Responder:
+    """The HTTP responder for ``config.responder_url`` (its health is checked here, so a server that is down fails
+    now, in one line, not mid-run), else the in-process one on ``device``."""
+    if not config.responder_model:
+        raise ConfigError("no responder: give --responder_model (a model path/id, or the served name with a URL)")
+    if config.responder_url:
+        from memstate.http_responder import OpenAIResponder
+
+        responder = OpenAIResponder(
+            config.responder_url,
+            config.responder_model,
+            api_key=config.api_key(),
+            concurrency=config.responder_concurrency,
+            timeout=config.responder_timeout,
+            max_retries=config.responder_max_retries,
+        )
+        responder.check_health()
+        return responder
+    from memstate.responder import TransformersResponder
+
+    try:
+        return TransformersResponder(config.responder_model, batch_size=config.responder_batch_size, device=device)
+    except OSError as e:  # not a model directory, not in the local cache, no network: the library says which
+        reason = " ".join(str(e).split())[:300]
+        raise InputNotFound(f"responder_model {config.responder_model}: cannot load it in-process: {reason}") from e

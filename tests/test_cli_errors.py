@@ -1,0 +1,202 @@
+"""User mistakes through the real CLI: one line on stderr that names the file (and field), exit code 2, no
+traceback, and nothing left behind (the output dir or store the command would have created does not exist)."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from memstate.cli import main
+
+ROOT = Path(__file__).resolve().parents[1]
+FIXTURES = ROOT / "tests" / "fixtures"
+MEMSYCO = Path(os.environ.get("MEMSYCO_DATA", ROOT.parent / "shared" / "data" / "memsyco"))
+TRAIN_YAML = "policy_model: p\nresponder_model: r\ndata_dir: d\noutput_dir: {out}\nuse_cpu: true\n"
+
+
+@dataclass
+class Mistake:
+    """``setup(tmp_path, request)`` writes the broken inputs and returns the argv, the text the error line must
+    contain, and the path the command would create (which must not exist afterwards)."""
+
+    name: str
+    setup: Callable[[Path, pytest.FixtureRequest], tuple[list[str], str, Path]]
+
+
+def _data_yaml(tmp: Path, body: str) -> Path:
+    path = tmp / "data.yaml"
+    path.write_text(body + "seed: 0\n")
+    return path
+
+
+def fever_without_wiki_dump(tmp, _):
+    shutil.copytree(FIXTURES / "fever", tmp / "fever")
+    shutil.rmtree(tmp / "fever" / "wiki-pages")
+    cfg = _data_yaml(tmp, f"fever:\n  dir: {tmp / 'fever'}\n  claim_files: [train.jsonl]\nskip_invalid: true\n")
+    return ["build-data", "--config", str(cfg), "--out", str(tmp / "out")], "wiki-pages", tmp / "out"
+
+
+def scifact_without_corpus(tmp, _):
+    shutil.copytree(FIXTURES / "scifact", tmp / "scifact")
+    (tmp / "scifact" / "corpus.jsonl").unlink()
+    cfg = _data_yaml(tmp, f"scifact:\n  dir: {tmp / 'scifact'}\n  claim_files: [claims_train.jsonl]\n")
+    return ["build-data", "--config", str(cfg), "--out", str(tmp / "out")], "corpus.jsonl", tmp / "out"
+
+
+def personamem_unknown_context(tmp, _):
+    src, dst = FIXTURES / "personamem", tmp / "personamem"
+    dst.mkdir()
+    with open(src / "questions_32k.csv", newline="", encoding="utf-8") as f:
+        header, first = list(csv.reader(f))[:2]
+    first[header.index("shared_context_id")] = "no-such-context"
+    with open(dst / "questions_32k.csv", "w", newline="", encoding="utf-8") as f:
+        csv.writer(f).writerows([header, first])
+    contexts = (src / "shared_contexts_32k.jsonl").read_text(encoding="utf-8").splitlines()
+    (dst / "shared_contexts_32k.jsonl").write_text(contexts[0] + "\n", encoding="utf-8")
+    cfg = _data_yaml(
+        tmp,
+        f"personamem:\n  dir: {dst}\n  questions_file: questions_32k.csv\n  contexts_file: shared_contexts_32k.jsonl\n",
+    )
+    return ["build-data", "--config", str(cfg), "--out", str(tmp / "out")], "no-such-context", tmp / "out"
+
+
+def data_config_missing_dir(tmp, _):
+    cfg = _data_yaml(tmp, f"fever:\n  dir: {tmp / 'nowhere'}\n  claim_files: [train.jsonl]\n")
+    return ["build-data", "--config", str(cfg), "--out", str(tmp / "out")], "fever.dir", tmp / "out"
+
+
+def data_config_unknown_field(tmp, _):
+    cfg = _data_yaml(tmp, f"fever:\n  dir: {FIXTURES / 'fever'}\n  claim_files: [train.jsonl]\nshufle: true\n")
+    return ["build-data", "--config", str(cfg), "--out", str(tmp / "out")], "shufle", tmp / "out"
+
+
+def train_config_unknown_field(tmp, _):
+    cfg = tmp / "train.yaml"
+    cfg.write_text(TRAIN_YAML.format(out=tmp / "run") + "num_generationz: 4\n")
+    return ["train", "--config", str(cfg)], "num_generationz", tmp / "run"
+
+
+def train_config_malformed_yaml(tmp, _):
+    cfg = tmp / "train.yaml"
+    cfg.write_text(TRAIN_YAML.format(out=tmp / "run") + "lora_target_modules: [q_proj, k_proj\nlora_r: 8\n")
+    return ["train", "--config", str(cfg)], "train.yaml:", tmp / "run"
+
+
+def train_config_missing_file(tmp, _):
+    return ["train", "--config", str(tmp / "nope.yaml")], "nope.yaml", tmp / "run"
+
+
+def ingest_locomo_json(tmp, _):
+    locomo = tmp / "locomo10.json"
+    conversation = {"speaker_a": "Caroline", "speaker_b": "Melanie", "session_1": [
+        {"speaker": "Caroline", "dia_id": "D1:1", "text": "Hey Mel! Good to see you!"}]}  # fmt: skip
+    locomo.write_text(json.dumps([{"sample_id": "conv-26", "conversation": conversation, "qa": []}], indent=2))
+    store = tmp / "store.sqlite"
+    return ["memory", "ingest", "--store", str(store), str(locomo)], "locomo10.json:1", store
+
+
+def ask_missing_store(tmp, _):
+    store = tmp / "missing.sqlite"
+    argv = ["memory", "ask", "--store", str(store), "What do I like?", "--responder_model", "x", "--no-state"]
+    return argv, "missing.sqlite", store
+
+
+def precompute_unreachable_responder(tmp, request):
+    data = request.getfixturevalue("fever_data")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    cache = tmp / "baselines.sqlite"
+    argv = ["reward", "precompute-baselines", "--data", str(data), "--cache", str(cache), "--responder-model", "r",
+            "--responder-url", f"http://127.0.0.1:{port}", "--responder-max-retries", "0"]  # fmt: skip
+    return argv, f"127.0.0.1:{port}", cache
+
+
+def eval_non_checkpoint(tmp, _):
+    (tmp / "ckpt").mkdir()
+    out = tmp / "report"
+    return ["eval", "--checkpoint", str(tmp / "ckpt"), "--out", str(out)], str(tmp / "ckpt"), out
+
+
+def serve_policy_non_checkpoint(tmp, _):
+    (tmp / "ckpt").mkdir()
+    return ["serve", "policy", "--model", str(tmp / "ckpt")], str(tmp / "ckpt"), tmp / "ckpt" / "never"
+
+
+def compare_non_report(tmp, _):
+    (tmp / "a.json").write_text('{"checkpoint": "x"}')
+    (tmp / "b.json").write_text('{"checkpoint": "y"}')
+    out = tmp / "cmp"
+    return ["eval", "compare", str(tmp / "a.json"), str(tmp / "b.json"), "--out", str(out)], "a.json", out
+
+
+def memsyco_bad_row(tmp, _):
+    source = MEMSYCO / "valid_memory_selection.jsonl"
+    if not source.is_file():
+        pytest.skip(f"MemSyco-Bench data not at {MEMSYCO}")
+    row = json.loads(source.read_text(encoding="utf-8").splitlines()[0])
+    row["memory"]["items"][0]["status"] = "bogus"
+    (tmp / "rows.jsonl").write_text(json.dumps(row) + "\n", encoding="utf-8")
+    shutil.copy(MEMSYCO / "schema.json", tmp / "schema.json")
+    out = tmp / "memsyco"
+    argv = ["eval", "memsyco", str(tmp / "rows.jsonl"), "--responder_model", "r", "--judge_url",
+            "http://127.0.0.1:9", "--judge_model", "j", "--out", str(out)]  # fmt: skip
+    return argv, "rows.jsonl:1", out
+
+
+MISTAKES = [
+    Mistake("fever-missing-wiki-dump", fever_without_wiki_dump),
+    Mistake("scifact-missing-corpus", scifact_without_corpus),
+    Mistake("personamem-unknown-context", personamem_unknown_context),
+    Mistake("data-config-missing-dir", data_config_missing_dir),
+    Mistake("data-config-unknown-field", data_config_unknown_field),
+    Mistake("train-config-unknown-field", train_config_unknown_field),
+    Mistake("train-config-malformed-yaml", train_config_malformed_yaml),
+    Mistake("train-config-missing-file", train_config_missing_file),
+    Mistake("ingest-locomo-json", ingest_locomo_json),
+    Mistake("ask-missing-store", ask_missing_store),
+    Mistake("precompute-unreachable-responder", precompute_unreachable_responder),
+    Mistake("eval-non-checkpoint", eval_non_checkpoint),
+    Mistake("serve-policy-non-checkpoint", serve_policy_non_checkpoint),
+    Mistake("compare-non-report", compare_non_report),
+    Mistake("memsyco-bad-row", memsyco_bad_row),
+]
+
+
+@pytest.mark.parametrize("mistake", MISTAKES, ids=[m.name for m in MISTAKES])
+def test_a_user_mistake_is_one_line_and_leaves_nothing_behind(mistake, tmp_path, request, capsys):
+    argv, names, created = mistake.setup(tmp_path, request)
+    capsys.readouterr()
+    code = main(["--log-level", "ERROR", *argv])
+    err = capsys.readouterr().err
+    lines = err.splitlines()
+    assert code == 2, err
+    assert len(lines) == 1, err
+    assert "Traceback" not in err
+    command = " ".join(a for a in argv[:2] if not a.startswith("-"))
+    assert lines[0].startswith(f"memstate {command}: error: "), lines[0]
+    assert names in lines[0], lines[0]
+    assert not created.exists(), f"{created} was left behind"
+
+
+def test_debug_shows_the_traceback(tmp_path):
+    cfg = tmp_path / "train.yaml"
+    cfg.write_text(TRAIN_YAML.format(out=tmp_path / "run") + "num_generationz: 4\n")
+    argv = [sys.executable, "-m", "memstate.cli", "--log-level", "ERROR", "train", "--config", str(cfg)]
+    quiet = subprocess.run(argv, capture_output=True, text=True, cwd=ROOT)
+    assert quiet.returncode == 2 and quiet.stderr.count("\n") == 1 and "Traceback" not in quiet.stderr
+    assert "(hint: " in quiet.stderr
+    debug = subprocess.run([*argv[:3], "--debug", *argv[3:]], capture_output=True, text=True, cwd=ROOT)
+    assert debug.returncode == 1 and "Traceback" in debug.stderr and "ConfigError" in debug.stderr
+    env = {**os.environ, "MEMSTATE_DEBUG": "1"}
+    assert "Traceback" in subprocess.run(argv, capture_output=True, text=True, cwd=ROOT, env=env).stderr
