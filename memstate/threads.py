@@ -271,7 +271,7 @@ def configure_threads(
         _set_torch_threads(plan)
     if torch_imported_before and "OMP_WAIT_POLICY" in new:
         logger.info("torch was imported before configure_threads(): OMP_WAIT_POLICY reaches child processes only")
-    logger.info(plan.summary())
+    logger.debug(plan.summary())  # every command would print it; --log-level DEBUG shows it
     return plan
 
 
