@@ -37,17 +37,10 @@ from pathlib import Path
 
 from results_io import report
 
+from memstate.threads import THREAD_VARS  # removed from the children's environment for the "before" settings
+
 ROOT = Path(__file__).resolve().parents[1]
 TINY_CPU = ROOT / "configs" / "train" / "tiny_cpu.yaml"
-# The variables memstate.threads sets; removed from the children's environment for the "before" settings.
-THREAD_VARS = (
-    "OMP_NUM_THREADS",
-    "MKL_NUM_THREADS",
-    "OMP_WAIT_POLICY",
-    "GOMP_SPINCOUNT",
-    "RAYON_NUM_THREADS",
-    "TOKENIZERS_PARALLELISM",
-)
 
 
 def _configure(on: bool) -> dict | None:

@@ -44,7 +44,6 @@ logger = logging.getLogger("memstate.threads")
 
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 PROC_SELF_CGROUP = Path("/proc/self/cgroup")
-# Launchers' "processes on this node": torchrun (accelerate launch goes through it), then MPI flavours.
 # What configure_threads may export (GOMP_SPINCOUNT only read: set by the user, it overrides the wait policy).
 THREAD_VARS = (
     "OMP_NUM_THREADS",
@@ -54,6 +53,7 @@ THREAD_VARS = (
     "RAYON_NUM_THREADS",
     "TOKENIZERS_PARALLELISM",
 )
+# Launchers' "processes on this node": torchrun (accelerate launch goes through it), then MPI flavours.
 LOCAL_SIZE_VARS = ("LOCAL_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS", "MV2_COMM_WORLD_LOCAL_SIZE")
 
 
