@@ -11,7 +11,7 @@ import json
 import logging
 from pathlib import Path
 
-from memstate.errors import InputNotFound
+from memstate.errors import ConfigError, InputNotFound
 from memstate.parsing import StageParser
 from memstate.responder_config import ResponderConfig, make_responder
 
@@ -96,7 +96,7 @@ def ask(parsed: tuple[ResponderConfig, argparse.Namespace]) -> None:
 
     responder_config, args = parsed
     if not args.no_state and not args.api_url:
-        raise SystemExit("memstate memory ask: give --api-url (the reasoning-state API) or --no-state")
+        raise ConfigError("give --api-url (the reasoning-state API) or --no-state (answer without a reasoning state)")
     if not Path(args.store).is_file():
         raise InputNotFound(f"{args.store}: no such memory store (create it with `memstate memory ingest`)")
     responder = make_responder(responder_config)

@@ -104,17 +104,15 @@ class HTTPStats:
         return {f.name: getattr(self, f.name) for f in fields(self) if not f.name.startswith("_")}
 
 
-class HTTPUnavailable(ServerUnavailable, httpx.HTTPError):
+class HTTPUnavailable(ServerUnavailable):
     """No usable reply after every attempt. ``errors``: one line per attempt; ``kind`` of the last failure:
-    ``timeout``, ``transport``, ``status`` (429/5xx; ``status`` and ``body`` say which) or ``reply`` (malformed).
-    Also an ``httpx.HTTPError``, so code that caught httpx's own errors around a client still catches it."""
+    ``timeout``, ``transport``, ``status`` (429/5xx; ``status`` and ``body`` say which) or ``reply`` (malformed)."""
 
     def __init__(self, method: str, url: str, errors: list[str], kind: str, status: int | None = None, body: str = ""):
         self.method, self.url, self.errors, self.kind, self.status, self.body = method, url, errors, kind, status, body
         self.attempts, self.last = len(errors), errors[-1] if errors else ""
         history = "; ".join(f"attempt {i}: {e}" for i, e in enumerate(errors, 1))
         super().__init__(f"{method} {url}: no usable reply after {self.attempts} attempt(s) ({history})")
-        self._request = None  # httpx.HTTPError's slot (its __init__ is not on this MRO path)
 
 
 class HTTPRejected(MemstateError, RuntimeError):

@@ -1,7 +1,7 @@
 """A small client of the reasoning-state API, sync and async, for the memory pipeline and ``evaluate``, over
 ``memstate.http``: transport errors, timeouts, 429 and the API's 502/503/504 (the policy behind it failing) are
-retried with backoff; after the last attempt ``memstate.http.HTTPUnavailable`` (a ``ServerUnavailable``, and an
-``httpx.HTTPError``) names the URL and every attempt. A 4xx is ``ReasoningStateError`` at once.
+retried with backoff; after the last attempt ``memstate.http.HTTPUnavailable`` (a ``ServerUnavailable``) names the
+URL and every attempt. A 4xx is ``ReasoningStateError`` at once.
 
 >>> payload("Where do I live?", [Fact("F1", "I live in Oslo.", "fact")])["facts"]
 [{'id': 'F1', 'text': 'I live in Oslo.', 'kind': 'fact', 'scope': 'global', 'turn': None, 'time': None}]
