@@ -82,8 +82,8 @@ def ask_parser(prog: str | None = None) -> StageParser:
     p.add_argument("--no-state", "--no_state", action="store_true", help="Baseline: answer without a state.")
     from memstate.memory.backends import backend_names
 
-    p.add_argument("--backend", choices=backend_names(), default="evomem", help="Retrieval backend (default evomem).")
-    p.add_argument("-k", type=int, default=10, help="Seed facts retrieved (default 10).")
+    p.add_argument("--backend", choices=backend_names(), default="evomem", help="A registered retrieval backend.")
+    p.add_argument("-k", type=int, default=10, help="Seed facts retrieved.")
     return p
 
 
