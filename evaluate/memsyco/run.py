@@ -268,17 +268,23 @@ _TRACE_KEYS = ("mode", "selector", "router", "profiles", "clusters", "n_clusters
 
 
 def pipeline_instance(
-    row: MemSycoRow, instance: Instance, config: MemSycoEvalConfig, out_dir: Path, llm: Any = None
+    row: MemSycoRow,
+    instance: Instance,
+    config: MemSycoEvalConfig,
+    out_dir: Path,
+    llm: Any = None,
+    settings: Any = None,
 ) -> Instance:
     """``instance`` with the facts and relations the memory pipeline retrieves for its question after ingesting the
     row's dialogue (its own SQLite store under ``OUT/stores/``); the gold memory items are not given to it.
-    ``meta["memory"]`` records the backend, the stored fact ids and how the backend decided (its trace, abridged)."""
+    ``meta["memory"]`` records the backend, the stored fact ids and how the backend decided (its trace, abridged).
+    ``settings``: the backend's, made once per evaluation (default: ``memory_settings(config)``)."""
     from memstate.memory import MemoryStore, RuleExtractor, memsyco_sessions, retrieve
     from memstate.memory.embed import embedder_from_name
 
     path = out_dir / "stores" / f"{instance.id}.sqlite"
     path.parent.mkdir(parents=True, exist_ok=True)
-    settings = memory_settings(config)
+    settings = memory_settings(config) if settings is None else settings
     embedder = embedder_from_name(config.memory_embedder) if config.memory_embedder else None
     with MemoryStore(path, embedder) as store:
         extractor = RuleExtractor()
@@ -351,7 +357,7 @@ def evaluate_memsyco(config: MemSycoEvalConfig) -> Path:
         out_dir = Path(config.out_dir)
         llm = memory_llm(config)
         instances = [
-            pipeline_instance(r, inst, config, out_dir, llm) for r, inst in tqdm(
+            pipeline_instance(r, inst, config, out_dir, llm, settings) for r, inst in tqdm(
                 list(zip(rows, instances, strict=True)), desc=f"memory ({config.memory_backend})", unit="row")
         ]  # fmt: skip
         memory_info = {
