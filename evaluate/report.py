@@ -32,8 +32,6 @@ from collections import defaultdict
 
 from memstate.evaluate.stats import mean_ci, paired_difference_ci
 
-STATE_CONDITIONS = ("self_guide", "checkpoint", "self_recheck")
-
 
 def _mean(values: list[float]) -> float | None:
     return sum(values) / len(values) if values else None
@@ -105,7 +103,7 @@ def condition_metrics(records: list[dict], condition: str, n_resamples: int = 20
         "superseded_pick_n": len(stale),
         "responder_tokens_mean": _mean([c["tokens"] for c in rows if c.get("tokens") is not None]),
     }
-    if condition in STATE_CONDITIONS and condition != "self_recheck":
+    if rows and "format_ok" in rows[0]:  # states a policy wrote (self-recheck's fixed rules have no format record)
         ok = [c for c in rows if c["format_ok"]]
         metrics["format_rate"] = len(ok) / len(rows) if rows else None
         metrics["format_violation_rate"] = 1 - metrics["format_rate"] if rows else None

@@ -188,6 +188,36 @@ def state_record(text: str, instance: Instance) -> tuple[tuple[str, ...] | None,
     }
 
 
+def condition_records(
+    responder,
+    instances: list[Instance],
+    conditions: list[str],
+    rules: dict[str, list[tuple[str, ...] | None]],
+    state_info: dict[str, list[dict]],
+    score_mode: str,
+) -> list[dict]:
+    """One record per instance: its fields, then per condition the responder's judged answer under that condition's
+    rules (``None``: no state) and the state's record (``state_info``, for conditions whose states a policy wrote)."""
+    judged = {}
+    for cond in conditions:
+        logger.info("responder: %s", cond)
+        judged[cond] = judge(responder, instances, rules[cond], score_mode)
+    records = []
+    for i, inst in enumerate(instances):
+        record = instance_record(inst)
+        for cond in conditions:
+            messages = responder_messages(inst, rules[cond][i])
+            # Prompt length in tokens: known in-process; an HTTP responder does not report it.
+            tokens = len(responder.prompt_ids(messages)) if hasattr(responder, "prompt_ids") else None
+            record[cond] = {
+                **answer_record(inst, judged[cond][i]),
+                "tokens": tokens,
+                **state_info.get(cond, [{}] * len(instances))[i],
+            }
+        records.append(record)
+    return records
+
+
 def evaluate_checkpoint(config: EvalConfig) -> Path:
     """Run the evaluation, write ``report.json``, ``report.md`` and ``report.png``; return the report dir."""
     checkpoint = resolve_checkpoint(config.checkpoint)
@@ -234,24 +264,7 @@ def evaluate_checkpoint(config: EvalConfig) -> Path:
         state_info[cond] = [info for _, info in parsed]
 
     responder = make_responder(replace(config, responder_model=responder_model))
-    judged = {}
-    for cond in conditions:
-        logger.info("responder: %s", cond)
-        judged[cond] = judge(responder, instances, rules[cond], config.score_mode)
-
-    records = []
-    for i, inst in enumerate(instances):
-        record = instance_record(inst)
-        for cond in conditions:
-            messages = responder_messages(inst, rules[cond][i])
-            # Prompt length in tokens: known in-process; an HTTP responder does not report it.
-            tokens = len(responder.prompt_ids(messages)) if hasattr(responder, "prompt_ids") else None
-            record[cond] = {
-                **answer_record(inst, judged[cond][i]),
-                "tokens": tokens,
-                **state_info.get(cond, [{}] * len(instances))[i],
-            }
-        records.append(record)
+    records = condition_records(responder, instances, conditions, rules, state_info, config.score_mode)
     report = {
         "checkpoint": str(checkpoint),
         "split": config.split,

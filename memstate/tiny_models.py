@@ -8,6 +8,7 @@ path; they know nothing. Re-running ``build_tiny_models`` gives byte-identical f
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Sequence
 from importlib import resources
 from pathlib import Path
 
@@ -39,7 +40,8 @@ def tokenizer_corpus() -> list[str]:
     return text.splitlines() + prompt_text
 
 
-def build_tokenizer() -> PreTrainedTokenizerFast:
+def build_tokenizer(extra_text: Sequence[str] = ()) -> PreTrainedTokenizerFast:
+    """The byte-level BPE tokenizer, trained on ``tokenizer_corpus()`` plus ``extra_text`` (an experiment's world)."""
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
@@ -49,7 +51,7 @@ def build_tokenizer() -> PreTrainedTokenizerFast:
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
         show_progress=False,
     )
-    tok.train_from_iterator(tokenizer_corpus(), trainer=trainer)
+    tok.train_from_iterator([*tokenizer_corpus(), *extra_text], trainer=trainer)
     fast = PreTrainedTokenizerFast(
         tokenizer_object=tok,
         eos_token="<|im_end|>",

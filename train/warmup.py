@@ -7,6 +7,7 @@ answer or the fact roles, so the warm-up teaches the '- rule' format, not the ta
 from __future__ import annotations
 
 import random
+from collections.abc import Callable
 from pathlib import Path
 
 from accelerate.state import AcceleratorState, GradientState
@@ -52,11 +53,14 @@ def template_state(instance: Instance, rng: random.Random) -> str:
     return "\n".join(f"- {r}" for r in rules[:4])
 
 
-def warmup_dataset(instances: list[Instance], seed: int) -> Dataset:
+StateWriter = Callable[[Instance, random.Random], str]
+
+
+def warmup_dataset(instances: list[Instance], seed: int, state_writer: StateWriter = template_state) -> Dataset:
     rng = random.Random(seed)
     return Dataset.from_list(
         [
-            {"prompt": policy_messages(i), "completion": [{"role": "assistant", "content": template_state(i, rng)}]}
+            {"prompt": policy_messages(i), "completion": [{"role": "assistant", "content": state_writer(i, rng)}]}
             for i in instances
         ]
     )
@@ -71,8 +75,10 @@ def format_warmup(
     learning_rate: float,
     seed: int,
     use_cpu: bool,
+    state_writer: StateWriter = template_state,
 ) -> Path:
-    """Fine-tune ``policy_model`` on template states for ``steps`` steps with TRL's SFTTrainer; return its path."""
+    """Fine-tune ``policy_model`` on states from ``state_writer`` (default: ``template_state``) for ``steps`` steps
+    with TRL's SFTTrainer; return its path."""
     config = SFTConfig(
         output_dir=str(out_dir),
         max_steps=steps,
@@ -89,7 +95,10 @@ def format_warmup(
     model = AutoModelForCausalLM.from_pretrained(policy_model)
     tokenizer = AutoTokenizer.from_pretrained(policy_model)
     trainer = SFTTrainer(
-        model=model, args=config, train_dataset=warmup_dataset(instances, seed), processing_class=tokenizer
+        model=model,
+        args=config,
+        train_dataset=warmup_dataset(instances, seed, state_writer),
+        processing_class=tokenizer,
     )
     trainer.train()
     trainer.save_model(str(out_dir))
