@@ -59,12 +59,20 @@ class PersonaMemConfig:
 
 
 @dataclass
+class SyntheticConfig:
+    users: int = field(default=600, metadata={"help": "Invented users, six instances each (data_build.synthetic)."})
+
+
+@dataclass
 class DataConfig:
     """What to build; read from YAML by ``load_data_config``. A source whose section is absent is not built."""
 
     fever: FeverConfig | None = field(default=None, metadata={"help": "FEVER 1.0 inputs."})
     scifact: SciFactConfig | None = field(default=None, metadata={"help": "SciFact inputs."})
     personamem: PersonaMemConfig | None = field(default=None, metadata={"help": "PersonaMem inputs."})
+    synthetic: SyntheticConfig | None = field(
+        default=None, metadata={"help": "Generated world of the sycophancy experiment (no input files)."}
+    )
     perspectives: list[str] = field(
         default_factory=lambda: list(CONFLICT_PERSPECTIVES),
         metadata={"help": "Perspectives of the injected user memory; one instance per claim and perspective."},
@@ -109,8 +117,8 @@ class DataConfig:
     progress: bool = field(default=True, metadata={"help": "Show progress bars."})
 
     def __post_init__(self) -> None:
-        if not (self.fever or self.scifact or self.personamem):
-            raise ValueError("DataConfig names no source: give at least one of fever, scifact, personamem")
+        if not (self.fever or self.scifact or self.personamem or self.synthetic):
+            raise ValueError("DataConfig names no source: give at least one of fever, scifact, personamem, synthetic")
         bad = [p for p in self.perspectives if p not in CONFLICT_PERSPECTIVES]
         if bad or not self.perspectives or len(set(self.perspectives)) != len(self.perspectives):
             raise ValueError(f"perspectives must be distinct values from {list(CONFLICT_PERSPECTIVES)}")
@@ -130,7 +138,12 @@ class DataConfig:
                 raise ValueError(f"caps[{key!r}] must be a 'source[/task[/perspective]]' key with a count ≥ 0")
 
 
-SECTIONS = {"fever": FeverConfig, "scifact": SciFactConfig, "personamem": PersonaMemConfig}
+SECTIONS = {
+    "fever": FeverConfig,
+    "scifact": SciFactConfig,
+    "personamem": PersonaMemConfig,
+    "synthetic": SyntheticConfig,
+}
 
 
 def _dataclass_from(cls: type, data: object, where: str):
@@ -218,6 +231,16 @@ def read_sources(config: DataConfig, log: SkipLog) -> list[SourceRead]:
                 raise
             raise InputNotFound(f"{e} (personamem.questions_file / contexts_file)") from None
         reads.append(pm_read)
+    if config.synthetic:
+        from memstate.data_build.synthetic import SyntheticOptions, read_synthetic
+
+        options = SyntheticOptions(
+            users=config.synthetic.users,
+            seed=config.seed,
+            perspectives=tuple(config.perspectives),
+            consistent_share=config.consistent_share,
+        )
+        reads.append(read_synthetic(options))
     return reads
 
 

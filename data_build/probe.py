@@ -184,6 +184,13 @@ def run_probes(instances: list[Instance], seed: int = 0) -> dict:
     for inst in instances:
         if inst.answer_kind != "free":
             by_source.setdefault(inst.source, []).append(inst)
+    # A source with labels and lettered choices (synthetic) is probed per answer kind: the task, visible in the
+    # question, tells a label from a letter, which is no shortcut to which label or letter.
+    for source in list(by_source):
+        kinds = sorted({i.answer_kind for i in by_source[source]})
+        if len(kinds) > 1:
+            insts = by_source.pop(source)
+            by_source |= {f"{source}/{k}": [i for i in insts if i.answer_kind == k] for k in kinds}
     results: list[ProbeResult] = []
     skipped: dict[str, str] = {}
     for source, insts in sorted(by_source.items()):

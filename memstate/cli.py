@@ -56,6 +56,10 @@ COMMANDS: tuple[Command, ...] = (
         Command("ask", "Retrieve, get a reasoning state from the API, ask the responder.", "memstate.memory.cli",
                 "ask_parser", "ask"),
     )),
+    Command("experiment", "End-to-end experiments with small models trained here.", subcommands=(
+        Command("sycophancy", "Synthetic world: train a sycophantic responder, GRPO-train the policy and two "
+                "controls, evaluate on unseen users.", "memstate.experiment.sycophancy"),
+    )),
     Command("serve", "Serve the policy (vLLM) and the reasoning-state API.", subcommands=(
         Command("policy", "Serve a checkpoint with vLLM's OpenAI-compatible server; stops it on SIGINT/SIGTERM.",
                 "memstate.serve.cli", "policy_parser", "policy"),

@@ -12,7 +12,7 @@ from typing import Any
 
 from memstate.errors import MemstateError
 
-SOURCES = ("fever", "scifact", "personamem", "memsyco")
+SOURCES = ("fever", "scifact", "personamem", "memsyco", "synthetic")
 TASKS = (
     "evidence_conflict",
     "evidence_consistent",

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-STAGES = ("data_build", "reward", "train", "serve", "evaluate", "memory")
+STAGES = ("data_build", "reward", "train", "serve", "evaluate", "memory", "experiment")
 # What each stage may import besides the core (``memstate.<core module>``); prefixes, as in the design.
 ALLOWED: dict[str, tuple[str, ...]] = {
     "core": (),
@@ -23,6 +23,9 @@ ALLOWED: dict[str, tuple[str, ...]] = {
     "serve": (),
     "evaluate": ("memstate.reward", "memstate.serve.client", "memstate.memory"),
     "memory": ("memstate.serve.client",),
+    # An experiment runs the whole method end to end, as the CLI does: it may use every stage but serving; no stage
+    # imports it.
+    "experiment": ("memstate.data_build", "memstate.reward", "memstate.train", "memstate.evaluate"),
 }
 
 

@@ -1,0 +1,50 @@
+"""Run `memstate experiment sycophancy` for score modes × (full, LoRA) and keep the figures.
+
+    python benchmarks/bench_sycophancy.py [--quick] [--modes likelihood exact] [--variants full lora]
+
+Each run's summary (per condition accuracy, Δ vs no state with its 95% CI, sycophancy and outdated-preference rates;
+checkpoint − self-guide; the criteria; the responder's measured behaviour; stage timings and wall time) goes to
+``benchmarks/results/sycophancy_{mode}_{variant}[_quick].json``. Runs share nothing but the code: each builds its
+own data, responder and policy (same seed, so the data and the responder are the same across runs).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+
+from memstate.experiment.sycophancy import SycophancyConfig, run_experiment
+
+from memstate.threads import configure_threads
+
+RESULTS = Path(__file__).resolve().parent / "results"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--modes", nargs="+", default=["likelihood", "exact"])
+    parser.add_argument("--variants", nargs="+", default=["full", "lora"])
+    parser.add_argument("--out", default="runs/bench_sycophancy", help="Where the runs' outputs go.")
+    args = parser.parse_args()
+    configure_threads()
+    RESULTS.mkdir(exist_ok=True)
+    for mode in args.modes:
+        for variant in args.variants:
+            name = f"sycophancy_{mode}_{variant}" + ("_quick" if args.quick else "")
+            start = time.perf_counter()
+            cfg = SycophancyConfig(
+                out=f"{args.out}/{name}", quick=args.quick, score_mode=mode, use_peft=variant == "lora"
+            )
+            report = run_experiment(cfg)
+            summary = {k: v for k, v in report.items() if k not in ("records", "evaluation")}
+            summary["wall_s"] = round(time.perf_counter() - start, 1)
+            (RESULTS / f"{name}.json").write_text(json.dumps(summary, indent=2))
+            print(name, json.dumps({c: round(m["accuracy"], 3) for c, m in report["conditions"].items()}),
+                  "passed" if report["passed"] else "NOT met", f"{summary['wall_s']} s")  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,1 @@
+"""Experiments that run the whole method (data → responder → policy → evaluation) end to end."""

@@ -1,0 +1,204 @@
+"""The sycophancy world's models: rule shapes a policy can write, and a responder trained to fail like an LLM.
+
+**Rule shapes.** A policy's warm-up draws 2–4 of ``SHAPES`` at random, the same mix for every instance: two
+evidence rules that pull opposite ways, two preference rules that pull opposite ways, and neutral ones. Which shape
+helps depends on the instance (trusting the evidence helps against a persuasive user; "use the latest preference"
+helps on an update request and hurts on a history request), so no rule is right everywhere and the warm-up, drawing
+each opposing pair symmetrically, starts with no expected gain. GRPO has to find which shape pays where.
+
+**Responder.** A small Qwen3 model is trained (transformers ``Trainer``, on the answer token) on responder
+prompts of the *train* split, each with no state or a random state of shapes, to answer with the letter
+``world_letter`` gives:
+
+- no relevant rule (no state, neutral rules, or both rules of an opposing pair): the failure modes — on evidence
+  instances it follows the user's stance when the user's memory is phrased persuasively (sycophancy) and the
+  evidence otherwise; on a changed preference it picks the emphatically phrased one, old or new (salience);
+- one rule of a pair: what the rule says (the evidence's stance, the user's stance, the newer or the older item).
+
+The letter is computed from the instance's metadata (the evidence label, the user's stance, the persuasive and
+emphatic markers) only to write training targets; the frozen responder then reads its prompts like any model, and
+its measured behaviour on held-out entities is what the experiment reports.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+from pathlib import Path
+
+import torch
+from accelerate.state import AcceleratorState, GradientState
+from datasets import Dataset
+from transformers import AutoModelForCausalLM, AutoTokenizer, Qwen3Config, Qwen3ForCausalLM, Trainer, TrainingArguments
+
+from memstate.prompts import policy_messages, responder_messages
+from memstate.schema import Instance, option_letters
+from memstate.tiny_models import build_tokenizer, tiny_config
+
+logger = logging.getLogger("memstate.experiment")
+
+TRUST_EVIDENCE = "Trust the evidence over the user's belief."
+FOLLOW_USER = "Go with what the user believes."
+USE_LATEST = "Use the latest preference."
+USE_EARLIER = "Use the earlier preference."
+NEUTRAL = ("Weigh all memories equally.", "Read every memory before answering.", "Keep the reply short.")
+SHAPES = (TRUST_EVIDENCE, FOLLOW_USER, USE_LATEST, USE_EARLIER, *NEUTRAL)
+
+
+def random_state(rng: random.Random) -> tuple[str, ...]:
+    """2–4 distinct shapes in random order: the warm-up's label-independent mix.
+
+    >>> random_state(random.Random(0))
+    ('Use the earlier preference.', "Trust the evidence over the user's belief.")
+    """
+    return tuple(rng.sample(SHAPES, k=rng.randint(2, 4)))
+
+
+def world_letter(instance: Instance, rules: tuple[str, ...] | None) -> str:
+    """The option letter the world's responder is trained to give for ``instance`` under ``rules``."""
+    rules = set(rules or ())
+    meta = instance.meta
+    if instance.task.startswith("evidence_"):
+        evidence = instance.answer_letter
+        user = option_letters(len(instance.labels))[instance.labels.index(meta["user_label"])]
+        trust, follow = TRUST_EVIDENCE in rules, FOLLOW_USER in rules
+        if trust != follow:
+            return evidence if trust else user
+        return user if meta["persuasive"] else evidence
+    if instance.task in ("preference_update", "preference_history"):
+        latest, earlier = USE_LATEST in rules, USE_EARLIER in rules
+        if latest != earlier:
+            return meta["newer_option"] if latest else meta["older_option"]
+        return meta["emphatic_option"]
+    return instance.answer_letter  # preference_current: one preference, nothing to get wrong
+
+
+def world_texts(instances: list[Instance]) -> list[str]:
+    """Every prompt text of ``instances`` (the train split only: test entities stay unseen, even as merges)."""
+    texts = list(SHAPES)
+    for inst in instances:
+        texts += [m["content"] for m in responder_messages(inst, SHAPES[:2]) + policy_messages(inst)]
+    return texts
+
+
+def responder_config(tokenizer) -> Qwen3Config:
+    """Qwen3 as ``memstate tiny-models`` builds it (``head_dim`` 64), wider and one layer deeper, so it can learn
+    to read evidence, stances and rules in a few CPU minutes."""
+    base = tiny_config(tokenizer).to_dict()
+    base.pop("layer_types", None)  # derived from the layer count
+    size = {"hidden_size": 192, "intermediate_size": 384, "num_hidden_layers": 3, "num_attention_heads": 3}
+    return Qwen3Config(**(base | size | {"num_key_value_heads": 1}))
+
+
+def build_world_models(train_instances: list[Instance], out_dir: Path, seed: int = 0) -> dict[str, Path]:
+    """A tokenizer fitted to the world's train text, and random-init ``policy`` (the tiny-models architecture) and
+    ``responder`` (``responder_config``) under ``out_dir``; the responder is trained next, the policy warmed up."""
+    tokenizer = build_tokenizer(world_texts(train_instances))
+    paths = {}
+    for name, config in (("policy", tiny_config(tokenizer)), ("responder", responder_config(tokenizer))):
+        torch.manual_seed(seed + (name == "responder"))
+        model = Qwen3ForCausalLM(config)
+        model.generation_config.eos_token_id = tokenizer.eos_token_id
+        model.generation_config.pad_token_id = tokenizer.pad_token_id
+        paths[name] = out_dir / f"{name}-init"
+        model.save_pretrained(paths[name])
+        tokenizer.save_pretrained(paths[name])
+    return paths
+
+
+def responder_examples(
+    tokenizer, instances: list[Instance], states_per_instance: int, seed: int
+) -> list[dict[str, list[int] | int]]:
+    """Each instance with no state and with ``states_per_instance - 1`` random states: the responder's prompt ids
+    (exactly as ``TransformersResponder`` builds them) and the token id of the letter ``world_letter`` gives."""
+    rng = random.Random(f"responder:{seed}")
+    rows = []
+    for inst in instances:
+        for k in range(states_per_instance):
+            rules = None if k == 0 else random_state(rng)
+            ids = tokenizer.apply_chat_template(
+                responder_messages(inst, rules), add_generation_prompt=True, tokenize=True, return_dict=False
+            )
+            rows.append({"input_ids": ids, "label": tokenizer.convert_tokens_to_ids(world_letter(inst, rules))})
+    rng.shuffle(rows)
+    return rows
+
+
+class AnswerTokenTrainer(Trainer):
+    """Supervised training on the one token the responder is scored on (the option letter right after the prompt):
+    cross-entropy at the last position only (``logits_to_keep=1``), half the cost of a full causal-LM step."""
+
+    def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+        labels = inputs.pop("labels")
+        logits = model(**inputs, logits_to_keep=1).logits[:, -1].float()
+        loss = torch.nn.functional.cross_entropy(logits, labels)
+        return (loss, logits) if return_outputs else loss
+
+
+def left_pad_collator(pad_id: int):
+    """Left-padded batches with explicit positions, so a padded row computes exactly what it would alone."""
+
+    def collate(rows: list[dict]) -> dict[str, torch.Tensor]:
+        width = max(len(r["input_ids"]) for r in rows)
+        ids = torch.tensor([[pad_id] * (width - len(r["input_ids"])) + r["input_ids"] for r in rows])
+        mask = torch.tensor([[0] * (width - len(r["input_ids"])) + [1] * len(r["input_ids"]) for r in rows])
+        positions = (mask.cumsum(-1) - 1).clamp(min=0)
+        labels = torch.tensor([r["label"] for r in rows])
+        return {"input_ids": ids, "attention_mask": mask, "position_ids": positions, "labels": labels}
+
+    return collate
+
+
+def _reset_accelerate() -> None:
+    # The next trainer in this process builds its own Accelerator.
+    AcceleratorState._reset_state()
+    GradientState._reset_state()
+
+
+def train_responder(
+    init_dir: str | Path,
+    instances: list[Instance],
+    out_dir: Path,
+    *,
+    steps: int,
+    states_per_instance: int = 4,
+    batch_size: int = 16,
+    learning_rate: float = 1e-3,
+    seed: int = 0,
+) -> Path:
+    """Train the world's responder from its random init on ``instances`` (the train split); save it to ``out_dir``."""
+    tokenizer = AutoTokenizer.from_pretrained(init_dir)
+    model = AutoModelForCausalLM.from_pretrained(init_dir)
+    args = TrainingArguments(
+        output_dir=str(out_dir),
+        max_steps=steps,
+        learning_rate=learning_rate,
+        # Constant: these small models learn each skill after a plateau (reading the stance, then binding a
+        # preference's kind to its date); a decaying rate would stall the later ones.
+        lr_scheduler_type="constant_with_warmup",
+        warmup_steps=max(steps // 20, 1),
+        weight_decay=0.0,
+        per_device_train_batch_size=batch_size,
+        logging_steps=max(steps // 10, 1),
+        save_strategy="no",
+        report_to=[],
+        use_cpu=True,
+        seed=seed,
+        remove_unused_columns=False,
+    )
+    trainer = AnswerTokenTrainer(
+        model=model,
+        args=args,
+        train_dataset=Dataset.from_list(responder_examples(tokenizer, instances, states_per_instance, seed)),
+        data_collator=left_pad_collator(tokenizer.pad_token_id),
+    )
+    trainer.train()
+    trainer.save_model(str(out_dir))
+    tokenizer.save_pretrained(out_dir)
+    _reset_accelerate()
+    return out_dir
+
+
+def random_state_text(instance: Instance, rng: random.Random) -> str:
+    """The warm-up's state for any instance: ``random_state`` as '- ' lines; ``instance`` is never read."""
+    return "\n".join(f"- {r}" for r in random_state(rng))

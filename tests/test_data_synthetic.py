@@ -1,0 +1,110 @@
+"""The synthetic source of `memstate experiment sycophancy`: schema, unseen test entities, no shortcut, and a
+world whose failure modes are independent of the label."""
+
+import random
+import re
+from collections import Counter
+
+import pytest
+from memstate.data_build.build import DataConfig, SyntheticConfig, build_data
+from memstate.data_build.probe import run_probes
+from memstate.data_build.synthetic import _SYLLABLES as SYLLABLES
+from memstate.data_build.synthetic import SyntheticOptions, generate
+from memstate.experiment.sycophancy import shuffled_reference
+from memstate.experiment.world import (
+    FOLLOW_USER,
+    SHAPES,
+    TRUST_EVIDENCE,
+    USE_EARLIER,
+    USE_LATEST,
+    random_state_text,
+    world_letter,
+)
+
+from memstate.data import SPLITS, load_split
+from memstate.leak import leaks_answer
+from memstate.rules import parse_state
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    out = tmp_path_factory.mktemp("synthetic")
+    config = DataConfig(synthetic=SyntheticConfig(users=120), split_ratios={"train": 0.7, "validation": 0.1,
+                        "test": 0.2}, progress=False)  # fmt: skip
+    manifest = build_data(config, out)
+    return out, manifest, {s: load_split(out, s) for s in SPLITS}
+
+
+def _names(instances) -> set[str]:
+    text = " ".join(f.text for i in instances for f in i.facts) + " ".join(o for i in instances for o in i.options)
+    words = re.findall(r"\b[A-Z][a-z]{5}\b", text)
+    return {w for w in words if all(w.lower()[k : k + 2] in SYLLABLES for k in (0, 2, 4))}  # invented names
+
+
+def test_six_tasks_per_user_and_every_perspective(built):
+    _, manifest, splits = built
+    counts = Counter(i.task for s in splits.values() for i in s)
+    assert counts["preference_update"] == counts["preference_history"] == counts["preference_current"] == 120
+    assert counts["evidence_conflict"] + counts["evidence_consistent"] == 360
+    assert set(manifest["counts"]["perspective"]) == {"belief", "identity", "expertise", "none"}
+
+
+def test_test_entities_never_appear_in_training(built):
+    _, _, splits = built
+    train, test = _names(splits["train"]), _names(splits["test"])
+    assert len(test) > 100 and not (train & test)
+
+
+def test_shortcut_probes_pass_and_failure_markers_are_label_independent(built):
+    _, manifest, splits = built
+    assert manifest["shortcut_probes"]["passed"]
+    instances = generate(SyntheticOptions(users=600))
+    conflict = [i for i in instances if i.task == "evidence_conflict"]
+    # A persuasive phrasing (what the sycophantic responder defers to) says nothing about the label…
+    by_label = Counter((i.answer, i.meta["persuasive"]) for i in conflict)
+    for label in ("supported", "refuted"):
+        share = by_label[(label, True)] / (by_label[(label, True)] + by_label[(label, False)])
+        assert 0.4 < share < 0.6, (label, share)
+    # …and the emphatic preference is the newer one as often as the older one.
+    update = [i for i in instances if i.task == "preference_update"]
+    newer_emphatic = sum(i.meta["emphatic_option"] == i.meta["newer_option"] for i in update) / len(update)
+    assert 0.4 < newer_emphatic < 0.6
+    assert run_probes(instances)["passed"]
+
+
+def test_world_semantics_no_rule_is_right_everywhere(built):
+    """Each helpful shape hurts somewhere, its opposite helps there: no constant state is optimal."""
+    instances = [i for s in built[2].values() for i in s]
+    gain = {}
+    for shape in SHAPES:
+        gain[shape] = Counter(
+            (i.task, (world_letter(i, (shape,)) == i.answer_letter) - (world_letter(i, None) == i.answer_letter))
+            for i in instances
+        )
+    assert gain[TRUST_EVIDENCE][("evidence_conflict", 1)] > 0 and gain[FOLLOW_USER][("evidence_conflict", -1)] > 0
+    assert gain[USE_LATEST][("preference_update", 1)] > 0 and gain[USE_LATEST][("preference_history", -1)] > 0
+    assert gain[USE_EARLIER][("preference_history", 1)] > 0 and gain[USE_EARLIER][("preference_update", -1)] > 0
+    assert all(g[(t, d)] == 0 for g in gain.values() for t in ("preference_current", "evidence_consistent")
+               for d in (1, -1))  # fmt: skip
+
+
+def test_warmup_states_never_read_the_instance(built):
+    a, b = built[2]["train"][0], built[2]["train"][4]
+    assert a.answer != b.answer or a.task != b.task
+    for seed in range(20):
+        text = random_state_text(a, random.Random(seed))
+        assert text == random_state_text(b, random.Random(seed))
+        state = parse_state(text)
+        assert not leaks_answer(state.text, a) and not leaks_answer(state.text, b)
+
+
+def test_shuffled_reference_permutes_train_answers_only(built, tmp_path):
+    data, _, splits = built
+    out = shuffled_reference(data, tmp_path / "shuffled", seed=0)
+    train = load_split(out, "train")
+    assert [i.id for i in train] == [i.id for i in splits["train"]]
+    assert Counter(i.answer for i in train) == Counter(i.answer for i in splits["train"])
+    moved = sum(x.answer != y.answer for x, y in zip(train, splits["train"], strict=True))
+    assert moved > len(train) / 4
+    assert all(x.facts == y.facts and x.question == y.question for x, y in zip(train, splits["train"], strict=True))
+    assert [i.answer for i in load_split(out, "test")] == [i.answer for i in splits["test"]]
