@@ -63,7 +63,7 @@ class SycophancyConfig:
     checkpoint from the controls)."""
 
     out: str = field(metadata={"help": "Output directory (every stage's output, report.json/md/png)."})
-    quick: bool = field(default=False, metadata={"help": "Fewer users and steps (the CI run)."})
+    quick: bool = field(default=False, metadata={"help": "Fewer users and steps (a shortened run)."})
     score_mode: str = field(default="likelihood", metadata={"help": "Reward and evaluation: likelihood or exact."})
     use_peft: bool = field(default=False, metadata={"help": "Train LoRA adapters (+ lm_head) instead of all weights."})
     users: int | None = field(default=None, metadata={"help": "Invented users (6 instances each); 600, quick 300."})
