@@ -10,7 +10,7 @@ import tomllib
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-STAGES = ("data_build", "reward", "train", "serve", "evaluate", "memory")
+STAGES = ("data_build", "reward", "train", "serve", "evaluate", "memory", "experiment")
 BOTH = (
     "import evaluate, memstate.evaluate.run, memstate.evaluate.stats; "
     "assert hasattr(evaluate, 'load'), evaluate.__file__; "
