@@ -22,7 +22,6 @@ its measured behaviour on held-out entities is what the experiment reports.
 
 from __future__ import annotations
 
-import logging
 import random
 from pathlib import Path
 
@@ -34,8 +33,6 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, Qwen3Config, Qwen3
 from memstate.prompts import policy_messages, responder_messages
 from memstate.schema import Instance, option_letters
 from memstate.tiny_models import build_tokenizer, tiny_config
-
-logger = logging.getLogger("memstate.experiment")
 
 TRUST_EVIDENCE = "Trust the evidence over the user's belief."
 FOLLOW_USER = "Go with what the user believes."
