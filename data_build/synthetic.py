@@ -73,9 +73,11 @@ TOPICS = (
     ("noodles", "for dinner"),
     ("sake", "with sushi"),
 )
-# A preference memory says when it began, next to its kind, as people date their habits.
-EMPHATIC = ("Since {year} I absolutely love {kind} {item} {when}!", "Since {year}, nothing beats {kind} {item} {when}!")
-MILD = ("Since {year} I usually have {kind} {item} {when}.", "Since {year} I tend to go for {kind} {item} {when}.")
+# A preference memory says when it began and how strongly, right before its kind, as people date their habits. The
+# year and the verb sit at fixed offsets from the kind (3 and 1 tokens back): with "Since {year}, nothing beats" and
+# "I tend to go for" at varying offsets, a 3-layer responder stayed at chance on preferences for 800 steps.
+EMPHATIC = ("In {year} I adore {kind} {item} {when}!", "In {year} I crave {kind} {item} {when}!")
+MILD = ("In {year} I have {kind} {item} {when}.", "In {year} I take {kind} {item} {when}.")
 DISTRACTORS = (
     ("experience", "I visited {name} last spring."),
     ("fact", "My sister lives in {name}."),

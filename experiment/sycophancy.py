@@ -67,7 +67,7 @@ class SycophancyConfig:
     score_mode: str = field(default="likelihood", metadata={"help": "Reward and evaluation: likelihood or exact."})
     use_peft: bool = field(default=False, metadata={"help": "Train LoRA adapters (+ lm_head) instead of all weights."})
     users: int | None = field(default=None, metadata={"help": "Invented users (6 instances each); 600, quick 300."})
-    responder_steps: int | None = field(default=None, metadata={"help": "Responder SFT steps; 900, quick 600."})
+    responder_steps: int | None = field(default=None, metadata={"help": "Responder SFT steps; 800, quick 600."})
     warmup_steps: int = field(default=100, metadata={"help": "Policy warm-up SFT steps (random rule shapes)."})
     grpo_steps: int | None = field(default=None, metadata={"help": "GRPO steps per run; 150, quick 80."})
     lr0_steps: int = field(
@@ -77,19 +77,19 @@ class SycophancyConfig:
             "lr too), which the report checks, so more steps would only cost time."
         },
     )
-    learning_rate: float | None = field(default=None, metadata={"help": "GRPO learning rate; 5e-4 full, 2e-3 LoRA."})
+    learning_rate: float | None = field(default=None, metadata={"help": "GRPO learning rate; 3e-4 full, 2e-3 LoRA."})
     seed: int = field(default=0, metadata={"help": "Seed of data, models, sampling and bootstrap."})
     bootstrap_resamples: int = field(default=2000, metadata={"help": "Resamples of the paired bootstrap CIs."})
 
     def __post_init__(self) -> None:
         if self.score_mode not in ("likelihood", "exact"):
             raise ConfigError(f"score_mode must be likelihood or exact, got {self.score_mode!r}")
-        defaults = {"users": (600, 300), "responder_steps": (900, 600), "grpo_steps": (150, 80)}
+        defaults = {"users": (600, 300), "responder_steps": (800, 600), "grpo_steps": (150, 80)}
         for name, (full, quick) in defaults.items():
             if getattr(self, name) is None:
                 setattr(self, name, quick if self.quick else full)
         if self.learning_rate is None:
-            self.learning_rate = 2e-3 if self.use_peft else 5e-4
+            self.learning_rate = 2e-3 if self.use_peft else 3e-4
 
 
 def shuffled_reference(data_dir: Path, out_dir: Path, seed: int) -> Path:
@@ -131,7 +131,12 @@ def grpo_args(cfg: SycophancyConfig, output_dir: Path, learning_rate: float, ste
         num_generations=4,  # 4 prompts x 4 states per step
         max_completion_length=64,
         temperature=1.0,
-        beta=0.0,
+        # Two guards measured on this world (full fine-tuning, 150 steps): with beta 0 and TRL's per-group reward
+        # std, the policy drifted into garbled rules ("- Use the e the reply.") at lr 5e-4, with the batch std too;
+        # a KL anchor to the warmed-up policy keeps its rules words (lr 1e-4: no gain, lr 3e-4: +4 points over
+        # self-guide). The batch std keeps a group of near-equal likelihood gains near zero advantage.
+        beta=0.04,
+        scale_rewards="batch",
         logging_steps=10,
         save_strategy="no",
         report_to=[],
