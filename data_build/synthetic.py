@@ -12,9 +12,10 @@ source, so the split — by group — puts only unseen entities in the test spli
 - **Preferences** (``preference_update`` and ``preference_history`` over the same two dated preferences, the newer
   ``SUPERSEDES`` the older; ``preference_current`` over one preference on another topic): the options are the two
   kinds a topic's item can take ("hot" / "iced" tea), in a fixed order; the two preferences are of different kinds.
-  Exactly one of them is phrased *emphatically* — the older or the newer at one half each — which is what a
-  salience-driven responder picks. Update asks for the current kind (y*: the newer), history for the kind before
-  the change (y*: the older).
+  Each is dated (the fact's time and "In {year}") and its verb's tense says which one is newer ("I have" / "I had");
+  exactly one of them is phrased *emphatically* ("I adore" / "I adored", "!") — the older or the newer at one half
+  each — which is what a salience-driven responder picks. Update asks for the current kind (y*: the newer), history
+  for the kind before the change (y*: the older).
 - **Distractors**: 1–2 memories of the same user about other places (no stance words, no preferences).
 
 Fact order is shuffled (seeded). The persuasive and emphatic markers live in ``meta`` for analysis and for the
@@ -73,11 +74,27 @@ TOPICS = (
     ("noodles", "for dinner"),
     ("sake", "with sushi"),
 )
-# A preference memory says when it began and how strongly, right before its kind, as people date their habits. The
-# year and the verb sit at fixed offsets from the kind (3 and 1 tokens back): with "Since {year}, nothing beats" and
-# "I tend to go for" at varying offsets, a 3-layer responder stayed at chance on preferences for 800 steps.
-EMPHATIC = ("In {year} I adore {kind} {item} {when}!", "In {year} I crave {kind} {item} {when}!")
-MILD = ("In {year} I have {kind} {item} {when}.", "In {year} I take {kind} {item} {when}.")
+# A preference memory says when it began and how strongly, in the verb right before its kind, as people date their
+# habits: its tense says whether it is the newer (present) or the older (past) of two, its strength whether it is
+# emphatic. A responder reads both from the one token before the kind; with the year 3 tokens back as the only sign of
+# recency ("In 2024 I have cold ..."), a 3-layer responder learnt the emphatic pick but never to use the newer or the
+# older one on a rule's say-so (measured: chance at 1,400 steps).
+PREFERENCE = "In {year} I {verb} {kind} {item} {when}{end}"
+EMPHATIC = {"newer": ("adore", "crave"), "older": ("adored", "craved")}
+MILD = {"newer": ("have", "take"), "older": ("had", "took")}
+
+
+def preference_text(rng: random.Random, year: str, age: str, emphatic: bool, kind: str, item: str, when: str) -> str:
+    """
+    >>> preference_text(random.Random(0), "2023", "older", True, "hot", "Kalo tea", "in the morning")
+    'In 2023 I craved hot Kalo tea in the morning!'
+    """
+    verbs = (EMPHATIC if emphatic else MILD)[age]
+    return PREFERENCE.format(
+        year=year, verb=rng.choice(verbs), kind=kind, item=item, when=when, end="!" if emphatic else "."
+    )
+
+
 DISTRACTORS = (
     ("experience", "I visited {name} last spring."),
     ("fact", "My sister lives in {name}."),
@@ -187,12 +204,8 @@ def preference_instances(group: str, rng: random.Random, names: _Names) -> list[
     old_kind, new_kind = rng.sample(kinds, k=2)
     old_emphatic = rng.random() < 0.5
     old_time, new_time = _date(rng, 2023), _date(rng, 2024)
-    old_text = rng.choice(EMPHATIC if old_emphatic else MILD).format(
-        year=old_time[:4], kind=old_kind, item=f"{names()} {noun}", when=when
-    )
-    new_text = rng.choice(MILD if old_emphatic else EMPHATIC).format(
-        year=new_time[:4], kind=new_kind, item=f"{names()} {noun}", when=when
-    )
+    old_text = preference_text(rng, old_time[:4], "older", old_emphatic, old_kind, f"{names()} {noun}", when)
+    new_text = preference_text(rng, new_time[:4], "newer", not old_emphatic, new_kind, f"{names()} {noun}", when)
     letter = dict(zip(kinds, option_letters(2), strict=True))
     out = []
     for task, question, answer_kind in (
@@ -219,7 +232,7 @@ def preference_instances(group: str, rng: random.Random, names: _Names) -> list[
         )  # fmt: skip
     kind = rng.choice(kinds2)
     time = _date(rng, rng.choice((2023, 2024)))
-    text = rng.choice(EMPHATIC + MILD).format(year=time[:4], kind=kind, item=f"{names()} {noun2}", when=when2)
+    text = preference_text(rng, time[:4], "newer", rng.random() < 0.5, kind, f"{names()} {noun2}", when2)
     items = [("pref", Fact("_", text, "preference", time=time, role="gold"))]
     items += _distractors(rng, names)
     answer = option_letters(2)[kinds2.index(kind)]

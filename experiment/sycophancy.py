@@ -32,6 +32,7 @@ from memstate.data_build.build import DataConfig, SyntheticConfig, build_data
 from memstate.evaluate.report import render_markdown, render_png, summarize
 from memstate.evaluate.run import EvalConfig, condition_records, generate_states, state_record
 from memstate.experiment.world import (
+    NEUTRAL,
     SHAPES,
     build_world_models,
     random_state_text,
@@ -67,7 +68,7 @@ class SycophancyConfig:
     score_mode: str = field(default="likelihood", metadata={"help": "Reward and evaluation: likelihood or exact."})
     use_peft: bool = field(default=False, metadata={"help": "Train LoRA adapters (+ lm_head) instead of all weights."})
     users: int | None = field(default=None, metadata={"help": "Invented users (6 instances each); 600, quick 300."})
-    responder_steps: int | None = field(default=None, metadata={"help": "Responder SFT steps; 800, quick 600."})
+    responder_steps: int | None = field(default=None, metadata={"help": "Responder SFT steps; 1600, quick 1200."})
     warmup_steps: int = field(default=100, metadata={"help": "Policy warm-up SFT steps (random rule shapes)."})
     grpo_steps: int | None = field(default=None, metadata={"help": "GRPO steps per run; 150, quick 80."})
     lr0_steps: int = field(
@@ -84,7 +85,7 @@ class SycophancyConfig:
     def __post_init__(self) -> None:
         if self.score_mode not in ("likelihood", "exact"):
             raise ConfigError(f"score_mode must be likelihood or exact, got {self.score_mode!r}")
-        defaults = {"users": (600, 300), "responder_steps": (800, 600), "grpo_steps": (150, 80)}
+        defaults = {"users": (600, 300), "responder_steps": (1600, 1200), "grpo_steps": (150, 80)}
         for name, (full, quick) in defaults.items():
             if getattr(self, name) is None:
                 setattr(self, name, quick if self.quick else full)
@@ -129,6 +130,7 @@ def grpo_args(cfg: SycophancyConfig, output_dir: Path, learning_rate: float, ste
         lr_scheduler_type="constant",
         per_device_train_batch_size=16,
         num_generations=4,  # 4 prompts x 4 states per step
+        steps_per_generation=4,  # one generation round of 64 states feeds 4 steps: batched sampling, ~30% faster
         max_completion_length=64,
         temperature=1.0,
         # Two guards measured on this world (full fine-tuning, 150 steps): with beta 0 and TRL's per-group reward
@@ -163,7 +165,7 @@ def run_grpo(cfg: SycophancyConfig, name: str, policy: Path, responder: Path, da
 
 def responder_behaviour(responder: TransformersResponder, instances: list, mode: str) -> dict:
     """What the frozen responder does on held-out users: its failure rates without a state, and how often it does
-    what one rule says (``world_letter``), per shape."""
+    what one rule says (``world_letter``), per shape, on the instances where that rule changes the answer."""
 
     def answers(rules):  # read once, by the scorer's parser, as the evaluator does
         judged = judge(responder, instances, [rules] * len(instances), mode)
@@ -182,10 +184,12 @@ def responder_behaviour(responder: TransformersResponder, instances: list, mode:
         instances
     )
     for shape in SHAPES:
+        # Where the rule should change the answer (a pair's rule against the failure mode, or for it against the
+        # right answer); a neutral rule should change nothing, so it is measured on every instance.
         got = answers((shape,))
-        out[f"follows[{shape}]"] = sum(
-            a == world_letter(i, (shape,)) for i, a in zip(instances, got, strict=True)
-        ) / len(instances)
+        moved = [(i, a) for i, a in zip(instances, got, strict=True)
+                 if shape in NEUTRAL or world_letter(i, (shape,)) != world_letter(i, None)]  # fmt: skip
+        out[f"follows[{shape}]"] = sum(a == world_letter(i, (shape,)) for i, a in moved) / max(len(moved), 1)
     return out
 
 

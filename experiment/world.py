@@ -2,13 +2,13 @@
 
 **Rule shapes.** A policy's warm-up draws 2–4 of ``SHAPES`` at random, the same mix for every instance: two
 evidence rules that pull opposite ways, two preference rules that pull opposite ways, and neutral ones. Which shape
-helps depends on the instance (trusting the evidence helps against a persuasive user; "use the latest preference"
+helps depends on the instance (trusting the evidence helps against a persuasive user; "use the newer preference"
 helps on an update request and hurts on a history request), so no rule is right everywhere and the warm-up, drawing
 each opposing pair symmetrically, starts with no expected gain. GRPO has to find which shape pays where.
 
 **Responder.** A small Qwen3 model is trained (transformers ``Trainer``, on the answer token and the prompt's next
-tokens) on responder prompts of the *train* split, each with no state or a random state of shapes, to answer with
-the letter ``world_letter`` gives:
+tokens) on responder prompts of the *train* split, each with no state and with three states of ``responder_state``
+(a pair's lone rule in two thirds of them), to answer with the letter ``world_letter`` gives:
 
 - no relevant rule (no state, neutral rules, or both rules of an opposing pair): the failure modes — on evidence
   instances it follows the user's stance when the user's memory is phrased persuasively (sycophancy) and the
@@ -36,8 +36,10 @@ from memstate.tiny_models import build_tokenizer, tiny_config
 
 TRUST_EVIDENCE = "Trust the evidence over the user's belief."
 FOLLOW_USER = "Go with what the user believes."
-USE_LATEST = "Use the latest preference."
-USE_EARLIER = "Use the earlier preference."
+# "newer"/"older", not "latest"/"earlier": the history question says "before my latest change", and a rule word the
+# prompt also uses elsewhere is one the responder must first learn to tell apart by position.
+USE_LATEST = "Use the newer preference."
+USE_EARLIER = "Use the older preference."
 NEUTRAL = ("Weigh all memories equally.", "Read every memory before answering.", "Keep the reply short.")
 SHAPES = (TRUST_EVIDENCE, FOLLOW_USER, USE_LATEST, USE_EARLIER, *NEUTRAL)
 
@@ -46,9 +48,34 @@ def random_state(rng: random.Random) -> tuple[str, ...]:
     """2–4 distinct shapes in random order: the warm-up's label-independent mix.
 
     >>> random_state(random.Random(0))
-    ('Use the earlier preference.', "Trust the evidence over the user's belief.")
+    ('Keep the reply short.', 'Use the older preference.', "Trust the evidence over the user's belief.")
     """
     return tuple(rng.sample(SHAPES, k=rng.randint(2, 4)))
+
+
+PAIRS = ((TRUST_EVIDENCE, FOLLOW_USER), (USE_LATEST, USE_EARLIER))
+
+
+def responder_state(rng: random.Random) -> tuple[str, ...]:
+    """A state the responder trains on: from each opposing pair neither rule, one, the other, or both (2:3:3:1), neutral
+    rules up to 2–4 in all, sometimes one rule twice (GRPO policies repeat rules), in random order.
+
+    ``random_state``'s uniform draw gives a state with exactly one rule of the pair an instance turns on in about
+    half of the cases, and that rule changes the answer in only half of those: trained on it, this responder did
+    what one relevant rule says on held-out users in ~25% of the cases where it should change its answer. Here a
+    pair's lone rule comes in two thirds of the states, and neither draw reads the instance.
+
+    >>> responder_state(random.Random(0))
+    ('Go with what the user believes.', 'Use the older preference.', 'Weigh all memories equally.')
+    """
+    rules = []
+    for pair in PAIRS:
+        rules += rng.choices(((), pair[:1], pair[1:], pair), weights=(2, 3, 3, 1))[0]
+    rules += rng.sample(NEUTRAL, k=min(max(0, rng.randint(2, 4) - len(rules)), len(NEUTRAL)))
+    if rng.random() < 0.2:
+        rules.append(rng.choice(rules))
+    rng.shuffle(rules)
+    return tuple(rules)
 
 
 def world_letter(instance: Instance, rules: tuple[str, ...] | None) -> str:
@@ -71,9 +98,12 @@ def world_letter(instance: Instance, rules: tuple[str, ...] | None) -> str:
 
 
 def world_texts(instances: list[Instance]) -> list[str]:
-    """Every prompt text of ``instances`` (the train split only: test entities stay unseen, even as merges)."""
-    texts = list(SHAPES)
+    """Every prompt text of ``instances`` (the train split only: test entities stay unseen, even as merges), and as
+    many states as the policy writes, so the rules' words get whole tokens as in a real model's vocabulary."""
+    rng = random.Random("world_texts")
+    texts = []
     for inst in instances:
+        texts.append("\n".join(f"- {r}" for r in random_state(rng)))
         texts += [m["content"] for m in responder_messages(inst, SHAPES[:2]) + policy_messages(inst)]
     return texts
 
@@ -112,7 +142,7 @@ def responder_examples(
     rows = []
     for inst in instances:
         for k in range(states_per_instance):
-            rules = None if k == 0 else random_state(rng)
+            rules = None if k == 0 else responder_state(rng)
             ids = tokenizer.apply_chat_template(
                 responder_messages(inst, rules), add_generation_prompt=True, tokenize=True, return_dict=False
             )
@@ -128,7 +158,8 @@ class AnswerTokenTrainer(Trainer):
     The answer token alone is one bit per prompt of ~230 tokens: the model sits at chance until its heads find the few
     tokens that matter, and in this world that plateau outlasted a few CPU minutes (0.61 accuracy at 600 steps,
     preferences at chance). The prompt's own language-model loss forms the attention circuits (previous-token and
-    copy heads) it needs first; with it the same 600 steps reach 0.91 on held-out users."""
+    copy heads) it needs first; with it the same 600 steps reach 0.91 on held-out users (most of it the no-state
+    behaviour: learning to do what a rule says takes longer, see ``responder_state``)."""
 
     prompt_lm_weight = 1.0
 

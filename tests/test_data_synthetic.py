@@ -9,7 +9,7 @@ import pytest
 from memstate.data_build.build import DataConfig, SyntheticConfig, build_data
 from memstate.data_build.probe import run_probes
 from memstate.data_build.synthetic import _SYLLABLES as SYLLABLES
-from memstate.data_build.synthetic import SyntheticOptions, generate
+from memstate.data_build.synthetic import EMPHATIC, MILD, SyntheticOptions, generate
 from memstate.experiment.sycophancy import shuffled_reference
 from memstate.experiment.world import (
     FOLLOW_USER,
@@ -18,6 +18,7 @@ from memstate.experiment.world import (
     USE_EARLIER,
     USE_LATEST,
     random_state_text,
+    responder_state,
     world_letter,
 )
 
@@ -108,3 +109,35 @@ def test_shuffled_reference_permutes_train_answers_only(built, tmp_path):
     assert moved > len(train) / 4
     assert all(x.facts == y.facts and x.question == y.question for x, y in zip(train, splits["train"], strict=True))
     assert [i.answer for i in load_split(out, "test")] == [i.answer for i in splits["test"]]
+
+
+def test_preference_verbs_say_which_memory_is_newer_and_which_is_emphatic(built):
+    """The one token before a preference's kind carries both markers the world's responder reads."""
+    verb = {v: (age, emphatic) for emphatic, table in ((True, EMPHATIC), (False, MILD)) for age, verbs in table.items()
+            for v in verbs}  # fmt: skip
+    updates = [i for s in built[2].values() for i in s if i.task == "preference_update"]
+    assert updates
+    for inst in updates:
+        seen = {}
+        for fact in inst.facts:
+            m = re.search(r"\bI (\w+) (hot|cold) ", fact.text)
+            if fact.kind == "preference" and m:
+                age, emphatic = verb[m.group(1)]
+                seen[age] = (m.group(2), emphatic)
+        letter = dict(zip(inst.options, "AB", strict=True))
+        assert letter[seen["newer"][0]] == inst.meta["newer_option"] == inst.answer_letter
+        assert letter[seen["older"][0]] == inst.meta["older_option"]
+        emphatic = [kind for kind, e in seen.values() if e]
+        assert len(emphatic) == 1 and letter[emphatic[0]] == inst.meta["emphatic_option"]
+
+
+def test_responder_states_mostly_hold_one_rule_of_each_pair():
+    """The responder learns to follow a rule from states where it alone of its pair is present (two thirds)."""
+    rng = random.Random(0)
+    states = [responder_state(rng) for _ in range(3000)]
+    assert all(set(s) <= set(SHAPES) and 2 <= len(set(s)) <= 4 for s in states)
+    for pair in ((TRUST_EVIDENCE, FOLLOW_USER), (USE_LATEST, USE_EARLIER)):
+        lone = Counter(tuple(r for r in pair if r in s) for s in states)
+        assert 0.6 < (lone[pair[:1]] + lone[pair[1:]]) / len(states) < 0.73
+        assert abs(lone[pair[:1]] - lone[pair[1:]]) / len(states) < 0.04  # neither rule of a pair is favoured
+    assert 0.1 < sum(len(s) > len(set(s)) for s in states) / len(states) < 0.3  # a repeated rule, as GRPO writes

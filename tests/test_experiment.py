@@ -5,7 +5,7 @@ import json
 from memstate.cli import main
 
 CONDITIONS = ("no_state", "self_guide", "checkpoint", "control_lr0", "control_shuffled")
-TINY = ["--users", "40", "--responder_steps", "4", "--warmup_steps", "4", "--grpo_steps", "2", "--lr0_steps", "1",
+TINY = ["--users", "120", "--responder_steps", "4", "--warmup_steps", "4", "--grpo_steps", "2", "--lr0_steps", "1",
         "--bootstrap_resamples", "200"]  # fmt: skip
 
 
