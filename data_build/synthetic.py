@@ -76,9 +76,9 @@ TOPICS = (
 )
 # A preference memory says when it began and how strongly, in the verb right before its kind, as people date their
 # habits: its tense says whether it is the newer (present) or the older (past) of two, its strength whether it is
-# emphatic. A responder reads both from the one token before the kind; with the year 3 tokens back as the only sign of
-# recency ("In 2024 I have cold ..."), a 3-layer responder learnt the emphatic pick but never to use the newer or the
-# older one on a rule's say-so (measured: chance at 1,400 steps).
+# emphatic, so a responder can read both from the one token before the kind. Measured (issue 16): with the year as
+# the only sign of recency, the 3-layer responder learnt the emphatic pick but followed "use the newer/older
+# preference" at chance (1,400 steps); with the tense too, still at chance (1,600 steps) — an open problem.
 PREFERENCE = "In {year} I {verb} {kind} {item} {when}{end}"
 EMPHATIC = {"newer": ("adore", "crave"), "older": ("adored", "craved")}
 MILD = {"newer": ("have", "take"), "older": ("had", "took")}
