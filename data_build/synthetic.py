@@ -85,7 +85,8 @@ MILD = {"newer": ("have", "take"), "older": ("had", "took")}
 
 
 def preference_text(rng: random.Random, year: str, age: str, emphatic: bool, kind: str, item: str, when: str) -> str:
-    """
+    """A dated preference whose verb says its age (``newer`` / ``older``) and strength.
+
     >>> preference_text(random.Random(0), "2023", "older", True, "hot", "Kalo tea", "in the morning")
     'In 2023 I craved hot Kalo tea in the morning!'
     """

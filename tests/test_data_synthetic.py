@@ -13,6 +13,7 @@ from memstate.data_build.synthetic import EMPHATIC, MILD, SyntheticOptions, gene
 from memstate.experiment.sycophancy import shuffled_reference
 from memstate.experiment.world import (
     FOLLOW_USER,
+    PAIRS,
     SHAPES,
     TRUST_EVIDENCE,
     USE_EARLIER,
@@ -136,7 +137,7 @@ def test_responder_states_mostly_hold_one_rule_of_each_pair():
     rng = random.Random(0)
     states = [responder_state(rng) for _ in range(3000)]
     assert all(set(s) <= set(SHAPES) and 2 <= len(set(s)) <= 4 for s in states)
-    for pair in ((TRUST_EVIDENCE, FOLLOW_USER), (USE_LATEST, USE_EARLIER)):
+    for pair in PAIRS:
         lone = Counter(tuple(r for r in pair if r in s) for s in states)
         assert 0.6 < (lone[pair[:1]] + lone[pair[1:]]) / len(states) < 0.73
         assert abs(lone[pair[:1]] - lone[pair[1:]]) / len(states) < 0.04  # neither rule of a pair is favoured
