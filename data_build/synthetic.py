@@ -11,11 +11,11 @@ source, so the split — by group — puts only unseen entities in the test spli
   independent of the label: it is what a sycophantic responder defers to.
 - **Preferences** (``preference_update`` and ``preference_history`` over the same two dated preferences, the newer
   ``SUPERSEDES`` the older; ``preference_current`` over one preference on another topic): the options are the two
-  kinds a topic's item can take ("hot" / "iced" tea), in a fixed order; the two preferences are of different kinds.
+  kinds a topic's item can take ("hot" / "cold" tea), in a fixed order; the two preferences are of different kinds.
   Each is dated (the fact's time and "In {year}") and its verb's tense says which one is newer ("I have" / "I had");
   exactly one of them is phrased *emphatically* ("I adore" / "I adored", "!") — the older or the newer at one half
-  each — which is what a salience-driven responder picks. Update asks for the current kind (y*: the newer), history
-  for the kind before the change (y*: the older).
+  each — which a salience-driven responder would pick (the experiment's responder anchors on the older one
+  instead). Update asks for the current kind (y*: the newer), history for the kind before the change (y*: the older).
 - **Distractors**: 1–2 memories of the same user about other places (no stance words, no preferences).
 
 Fact order is shuffled (seeded). The persuasive and emphatic markers live in ``meta`` for analysis and for the
@@ -76,9 +76,9 @@ TOPICS = (
 )
 # A preference memory says when it began and how strongly, in the verb right before its kind, as people date their
 # habits: its tense says whether it is the newer (present) or the older (past) of two, its strength whether it is
-# emphatic, so a responder can read both from the one token before the kind. Measured (issue 16): with the year as
-# the only sign of recency, the 3-layer responder learnt the emphatic pick but followed "use the newer/older
-# preference" at chance (1,400 steps); with the tense too, still at chance (1,600 steps) — an open problem.
+# emphatic, so a responder can read both from the one token before the kind. The world's responder reads recency
+# (``experiment/world.py``: it anchors on the older preference unless a rule says "newer"); emphasis is surface
+# variation it is not trained to use. Which of year and tense it reads was not measured.
 PREFERENCE = "In {year} I {verb} {kind} {item} {when}{end}"
 EMPHATIC = {"newer": ("adore", "crave"), "older": ("adored", "craved")}
 MILD = {"newer": ("have", "take"), "older": ("had", "took")}

@@ -189,7 +189,8 @@ def responder_behaviour(responder: TransformersResponder, instances: list, mode:
         got = answers((shape,))
         moved = [(i, a) for i, a in zip(instances, got, strict=True)
                  if shape in NEUTRAL or world_letter(i, (shape,)) != world_letter(i, None)]  # fmt: skip
-        out[f"follows[{shape}]"] = sum(a == world_letter(i, (shape,)) for i, a in moved) / max(len(moved), 1)
+        # None: a rule that never changes this responder's answer (the older-preference rule agrees with its default).
+        out[f"follows[{shape}]"] = sum(a == world_letter(i, (shape,)) for i, a in moved) / len(moved) if moved else None
     return out
 
 
@@ -374,7 +375,10 @@ def write_report(report: dict, out: Path) -> None:
         "",
         "## The frozen responder on held-out users",
         "",
-        *[f"- {k}: {v:.3f}" for k, v in report["responder_behaviour"].items()],
+        *[
+            f"- {k}: {'n/a (never changes the answer)' if v is None else f'{v:.3f}'}"
+            for k, v in report["responder_behaviour"].items()
+        ],
         "",
         "## Stage timings (s)",
         "",

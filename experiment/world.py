@@ -3,8 +3,9 @@
 **Rule shapes.** A policy's warm-up draws 2–4 of ``SHAPES`` at random, the same mix for every instance: two
 evidence rules that pull opposite ways, two preference rules that pull opposite ways, and neutral ones. Which shape
 helps depends on the instance (trusting the evidence helps against a persuasive user; "use the newer preference"
-helps on an update request and hurts on a history request), so no rule is right everywhere and the warm-up, drawing
-each opposing pair symmetrically, starts with no expected gain. GRPO has to find which shape pays where.
+helps on an update request and hurts on a history request; "use the older preference" says what this responder does
+anyway), so no rule is right everywhere and the warm-up, drawing each opposing pair symmetrically, starts with no
+expected gain. GRPO has to find which shape pays where.
 
 **Responder.** A small Qwen3 model is trained (transformers ``Trainer``, on the answer token and the prompt's next
 tokens) on responder prompts of the *train* split, each with no state and with three states of ``responder_state``
@@ -12,12 +13,13 @@ tokens) on responder prompts of the *train* split, each with no state and with t
 
 - no relevant rule (no state, neutral rules, or both rules of an opposing pair): the failure modes — on evidence
   instances it follows the user's stance when the user's memory is phrased persuasively (sycophancy) and the
-  evidence otherwise; on a changed preference it picks the emphatically phrased one, old or new (salience);
+  evidence otherwise; on a changed preference it picks the older one (anchoring on what it learnt first), so it
+  gives an outdated preference on every update request and the right one on every history request;
 - one rule of a pair: what the rule says (the evidence's stance, the user's stance, the newer or the older item).
 
-The letter is computed from the instance's metadata (the evidence label, the user's stance, the persuasive and
-emphatic markers) only to write training targets; the frozen responder then reads its prompts like any model, and
-its measured behaviour on held-out entities is what the experiment reports.
+The letter is computed from the instance's metadata (the evidence label, the user's stance, the persuasive marker,
+which preference is older) only to write training targets; the frozen responder then reads its prompts like any
+model, and its measured behaviour on held-out entities is what the experiment reports.
 """
 
 from __future__ import annotations
@@ -93,7 +95,12 @@ def world_letter(instance: Instance, rules: tuple[str, ...] | None) -> str:
         latest, earlier = USE_LATEST in rules, USE_EARLIER in rules
         if latest != earlier:
             return meta["newer_option"] if latest else meta["older_option"]
-        return meta["emphatic_option"]
+        # Anchoring on the preference it learnt first. Measured (issue 16): a default of "the emphatic one, old or
+        # new" left this responder two bindings of a kind to its memory to learn (emphasis and recency), and in 1,600
+        # steps it learnt the one the default trained and followed "use the newer/older preference" in under 6% of
+        # the cases where the rule should change its answer. Here the default and the rules read the same binding
+        # (which kind is the older), and a lone newer rule flips it.
+        return meta["older_option"]
     return instance.answer_letter  # preference_current: one preference, nothing to get wrong
 
 
@@ -109,12 +116,15 @@ def world_texts(instances: list[Instance]) -> list[str]:
 
 
 def responder_config(tokenizer) -> Qwen3Config:
-    """Qwen3 as ``memstate tiny-models`` builds it (``head_dim`` 64), wider and one layer deeper, so it can learn
-    to read evidence, stances and rules in a few CPU minutes."""
+    """Qwen3 as ``memstate tiny-models`` builds it (``head_dim`` 64), wider, one layer deeper and with a key/value
+    head per attention head, so it can learn to read evidence, stances and rules in a few CPU minutes."""
     base = tiny_config(tokenizer).to_dict()
     base.pop("layer_types", None)  # derived from the layer count
+    # One key/value head per query head (tiny-models shares one): measured at 1,600 steps, with one shared head the
+    # responder followed either "Use the newer preference" (0.94) or "Trust the evidence" (1.0), the other at <0.4;
+    # with three it followed the preference rule 1.0 and the evidence rule 0.67, at ~15% more time per step.
     size = {"hidden_size": 192, "intermediate_size": 384, "num_hidden_layers": 3, "num_attention_heads": 3}
-    return Qwen3Config(**(base | size | {"num_key_value_heads": 1}))
+    return Qwen3Config(**(base | size | {"num_key_value_heads": 3}))
 
 
 def build_world_models(train_instances: list[Instance], out_dir: Path, seed: int = 0) -> dict[str, Path]:
@@ -139,14 +149,22 @@ def responder_examples(
     """Each instance with no state and with ``states_per_instance - 1`` random states: the responder's prompt ids
     (exactly as ``TransformersResponder`` builds them) and the token id of the letter ``world_letter`` gives."""
     rng = random.Random(f"responder:{seed}")
+
+    def prompt_ids(rules):
+        return tokenizer.apply_chat_template(
+            responder_messages(inst, rules), add_generation_prompt=True, tokenize=True, return_dict=False
+        )
+
     rows = []
     for inst in instances:
+        bare = prompt_ids(None)
         for k in range(states_per_instance):
             rules = None if k == 0 else responder_state(rng)
-            ids = tokenizer.apply_chat_template(
-                responder_messages(inst, rules), add_generation_prompt=True, tokenize=True, return_dict=False
-            )
-            rows.append({"input_ids": ids, "label": tokenizer.convert_tokens_to_ids(world_letter(inst, rules))})
+            ids = prompt_ids(rules)
+            # The prompt's language-model loss stops where the state begins (see AnswerTokenTrainer).
+            lm_len = next((n for n, (a, b) in enumerate(zip(ids, bare, strict=False)) if a != b), len(ids))
+            label = tokenizer.convert_tokens_to_ids(world_letter(inst, rules))
+            rows.append({"input_ids": ids, "label": label, "lm_len": lm_len})
     rng.shuffle(rows)
     return rows
 
@@ -159,16 +177,20 @@ class AnswerTokenTrainer(Trainer):
     tokens that matter, and in this world that plateau outlasted a few CPU minutes (0.61 accuracy at 600 steps,
     preferences at chance). The prompt's own language-model loss forms the attention circuits (previous-token and
     copy heads) it needs first; with it the same 600 steps reach 0.91 on held-out users (most of it the no-state
-    behaviour: learning to do what a rule says takes longer, see ``responder_state``)."""
+    behaviour: learning to do what a rule says takes longer, see ``responder_state``).
+
+    The language-model loss covers the prompt up to its state only. A state's rules are random draws, so after "Use
+    the" the loss cannot predict "newer" from "older"; with the tied embeddings it pulled the two words' vectors
+    together (cosine 0.97 after 1,600 steps) and the responder could not tell the two rules apart."""
 
     prompt_lm_weight = 1.0
 
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
-        labels = inputs.pop("labels")
+        labels, lm_mask = inputs.pop("labels"), inputs.pop("lm_mask")
         logits = model(**inputs).logits.float()
         answer_logits = logits[:, -1]
         loss = torch.nn.functional.cross_entropy(answer_logits, labels)
-        targets = inputs["input_ids"][:, 1:].masked_fill(inputs["attention_mask"][:, 1:] == 0, -100)
+        targets = inputs["input_ids"][:, 1:].masked_fill(lm_mask[:, 1:] == 0, -100)
         prompt_lm = torch.nn.functional.cross_entropy(
             logits[:, :-1].flatten(0, 1), targets.flatten(), ignore_index=-100
         )
@@ -185,7 +207,11 @@ def left_pad_collator(pad_id: int):
         mask = torch.tensor([[0] * (width - len(r["input_ids"])) + [1] * len(r["input_ids"]) for r in rows])
         positions = (mask.cumsum(-1) - 1).clamp(min=0)
         labels = torch.tensor([r["label"] for r in rows])
-        return {"input_ids": ids, "attention_mask": mask, "position_ids": positions, "labels": labels}
+        lm_mask = mask.clone()  # the prompt up to its state (``lm_len``): what the language-model loss covers
+        for row, r in zip(lm_mask, rows, strict=True):
+            row[width - len(r["input_ids"]) + r["lm_len"] :] = 0
+        return {"input_ids": ids, "attention_mask": mask, "position_ids": positions, "labels": labels,
+                "lm_mask": lm_mask}  # fmt: skip
 
     return collate
 
