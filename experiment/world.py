@@ -110,7 +110,7 @@ def world_texts(instances: list[Instance]) -> list[str]:
     rng = random.Random("world_texts")
     texts = []
     for inst in instances:
-        texts.append("\n".join(f"- {r}" for r in random_state(rng)))
+        texts.append(random_state_text(inst, rng))
         texts += [m["content"] for m in responder_messages(inst, SHAPES[:2]) + policy_messages(inst)]
     return texts
 
@@ -150,17 +150,17 @@ def responder_examples(
     (exactly as ``TransformersResponder`` builds them) and the token id of the letter ``world_letter`` gives."""
     rng = random.Random(f"responder:{seed}")
 
-    def prompt_ids(rules):
+    def prompt_ids(inst, rules):
         return tokenizer.apply_chat_template(
             responder_messages(inst, rules), add_generation_prompt=True, tokenize=True, return_dict=False
         )
 
     rows = []
     for inst in instances:
-        bare = prompt_ids(None)
+        bare = prompt_ids(inst, None)
         for k in range(states_per_instance):
             rules = None if k == 0 else responder_state(rng)
-            ids = prompt_ids(rules)
+            ids = bare if rules is None else prompt_ids(inst, rules)
             # The prompt's language-model loss stops where the state begins (see AnswerTokenTrainer).
             lm_len = next((n for n, (a, b) in enumerate(zip(ids, bare, strict=False)) if a != b), len(ids))
             label = tokenizer.convert_tokens_to_ids(world_letter(inst, rules))
@@ -207,9 +207,8 @@ def left_pad_collator(pad_id: int):
         mask = torch.tensor([[0] * (width - len(r["input_ids"])) + [1] * len(r["input_ids"]) for r in rows])
         positions = (mask.cumsum(-1) - 1).clamp(min=0)
         labels = torch.tensor([r["label"] for r in rows])
-        lm_mask = mask.clone()  # the prompt up to its state (``lm_len``): what the language-model loss covers
-        for row, r in zip(lm_mask, rows, strict=True):
-            row[width - len(r["input_ids"]) + r["lm_len"] :] = 0
+        # The prompt up to its state (``lm_len``): what the language-model loss covers.
+        lm_mask = mask * (positions < torch.tensor([r["lm_len"] for r in rows])[:, None])
         return {"input_ids": ids, "attention_mask": mask, "position_ids": positions, "labels": labels,
                 "lm_mask": lm_mask}  # fmt: skip
 
