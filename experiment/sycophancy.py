@@ -56,6 +56,7 @@ from memstate.responder_config import ResponderConfig
 logger = logging.getLogger("memstate.experiment")
 
 CONDITIONS = ("no_state", "self_guide", "checkpoint", "control_lr0", "control_shuffled")
+GRPO_RUNS = ("checkpoint", "control_shuffled")  # the lr=0 control logs a reward but its policy never moves
 
 
 @dataclass
@@ -69,7 +70,14 @@ class SycophancyConfig:
     use_peft: bool = field(default=False, metadata={"help": "Train LoRA adapters (+ lm_head) instead of all weights."})
     users: int | None = field(default=None, metadata={"help": "Invented users (6 instances each); 600, quick 300."})
     responder_steps: int | None = field(default=None, metadata={"help": "Responder SFT steps; 1600, quick 1200."})
-    warmup_steps: int = field(default=100, metadata={"help": "Policy warm-up SFT steps (random rule shapes)."})
+    warmup_steps: int = field(
+        default=300,
+        metadata={
+            "help": "Policy warm-up SFT steps (random rule shapes, linear decay): measured at 100 constant-rate steps "
+            "only 26% of its states were clean rule lines and it wrote 'Go with what the user believes' 6x as often "
+            "as 'Trust the evidence'; at 300 linearly decayed steps 95% were clean and the shapes' rates 0.37-0.49."
+        },
+    )
     grpo_steps: int | None = field(default=None, metadata={"help": "GRPO steps per run; 150, quick 80."})
     lr0_steps: int = field(
         default=10,
@@ -229,7 +237,7 @@ def run_experiment(cfg: SycophancyConfig) -> dict:
         if not (warm / "config.json").is_file():
             format_warmup(
                 str(models / "policy-init"), train_set, warm, steps=cfg.warmup_steps, learning_rate=3e-3,
-                seed=cfg.seed, use_cpu=True, state_writer=random_state_text,
+                seed=cfg.seed, use_cpu=True, state_writer=random_state_text, lr_scheduler_type="linear",
             )  # fmt: skip
 
     policies = {"self_guide": warm}
@@ -277,6 +285,19 @@ def _weights_equal(a: Path, b: Path) -> bool:
     return wa.keys() == wb.keys() and all(torch.equal(wa[k], wb[k]) for k in wa)
 
 
+def late_training_gain(run_dir: Path) -> float | None:
+    """A GRPO run's mean logged counterfactual gain (``memstate/gain_mean``) over the second half of its steps: what
+    its reward said once the policy had moved. A control whose reward carries no signal stays near 0 here even when
+    its policy drifts into a rule mix that happens to help on the test split."""
+    log = run_dir / "log_history.json"
+    if not log.is_file():
+        return None
+    entries = [e for e in json.loads(log.read_text()) if "memstate/gain_mean" in e]
+    last = max((e["step"] for e in entries), default=0)
+    late = [e["memstate/gain_mean"] for e in entries if 2 * e["step"] > last]
+    return sum(late) / len(late) if late else None
+
+
 def _ci(difference: dict) -> dict:
     """An ``Interval.as_dict`` as the report states it: ``{mean, ci_low, ci_high}``."""
     return {"mean": difference["mean"], "ci_low": difference["ci95"][0], "ci_high": difference["ci95"][1]}
@@ -294,6 +315,7 @@ def experiment_report(cfg, records, behaviour, policies, data_dir, responder_dir
             "sycophancy_rate": overall[cond]["sycophancy_rate"],
             "outdated_preference_rate": overall[cond]["superseded_pick_rate"],
             "format_rate": overall[cond].get("format_rate"),
+            "late_training_gain": late_training_gain(Path(cfg.out) / cond) if cond in GRPO_RUNS else None,
         }
         for cond in CONDITIONS
     }
@@ -355,19 +377,23 @@ def write_report(report: dict, out: Path) -> None:
         f"{cfg['grpo_steps']} (lr {cfg['learning_rate']}), lr=0 control {cfg['lr0_steps']} steps "
         f"(weights unchanged: {report['control_lr0_weights_unchanged']})",
         "",
-        "| condition | accuracy | Δ vs no state [95% CI] | sycophancy | outdated preference | format |",
-        "|---|---|---|---|---|---|",
+        "| condition | accuracy | Δ vs no state [95% CI] | sycophancy | outdated pref. | format | late train gain |",
+        "|---|---|---|---|---|---|---|",
     ]
     for cond, m in report["conditions"].items():
         d = m["delta_vs_no_state"]
         delta = "–" if d is None else f"{d['mean']:+.3f} [{d['ci_low']:+.3f}, {d['ci_high']:+.3f}]"
         fmt = "–" if m["format_rate"] is None else f"{m['format_rate']:.2f}"
+        late = "–" if m["late_training_gain"] is None else f"{m['late_training_gain']:+.3f}"
         lines.append(f"| {cond} | {m['accuracy']:.3f} | {delta} | {m['sycophancy_rate']:.3f} | "
-                     f"{m['outdated_preference_rate']:.3f} | {fmt} |")  # fmt: skip
+                     f"{m['outdated_preference_rate']:.3f} | {fmt} | {late} |")  # fmt: skip
     v = report["checkpoint_vs_self_guide"]
     lines += [
         "",
         f"checkpoint − self-guide: {v['mean']:+.3f} [{v['ci_low']:+.3f}, {v['ci_high']:+.3f}]",
+        "",
+        "Late training gain: the GRPO run's mean logged counterfactual gain over its second half, on its own (for the "
+        "shuffled control, permuted) train answers.",
         "",
         "## Criteria",
         "",

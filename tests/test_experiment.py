@@ -2,6 +2,9 @@
 
 import json
 
+import pytest
+from memstate.experiment.sycophancy import late_training_gain
+
 from memstate.cli import main
 
 CONDITIONS = ("no_state", "self_guide", "checkpoint", "control_lr0", "control_shuffled")
@@ -28,3 +31,10 @@ def test_pipeline_writes_a_checkable_report_and_resumes(tmp_path):
     mtimes = {p: p.stat().st_mtime for p in out.rglob("model.safetensors")}
     assert main(["experiment", "sycophancy", "--out", str(out), *TINY]) == 0
     assert {p: p.stat().st_mtime for p in out.rglob("model.safetensors")} == mtimes
+
+
+def test_late_training_gain_averages_the_logged_gain_over_the_second_half(tmp_path):
+    log = [{"step": step, "memstate/gain_mean": gain} for step, gain in ((10, -1.0), (20, -1.0), (30, 0.2), (40, 0.4))]
+    (tmp_path / "log_history.json").write_text(json.dumps([*log, {"step": 40, "train_runtime": 1.0}]))
+    assert late_training_gain(tmp_path) == pytest.approx(0.3)
+    assert late_training_gain(tmp_path / "never_ran") is None

@@ -76,6 +76,7 @@ def format_warmup(
     seed: int,
     use_cpu: bool,
     state_writer: StateWriter = template_state,
+    lr_scheduler_type: str = "constant",
 ) -> Path:
     """Fine-tune ``policy_model`` on states from ``state_writer`` (default: ``template_state``) for ``steps`` steps
     with TRL's SFTTrainer; return its path."""
@@ -84,7 +85,7 @@ def format_warmup(
         max_steps=steps,
         learning_rate=learning_rate,
         per_device_train_batch_size=8,
-        lr_scheduler_type="constant",
+        lr_scheduler_type=lr_scheduler_type,
         logging_steps=max(steps // 5, 1),
         save_strategy="no",
         report_to=[],
