@@ -4,14 +4,17 @@
 
 Each run's summary (per condition accuracy, Δ vs no state with its 95% CI, sycophancy and outdated-preference rates;
 checkpoint − self-guide; the criteria; the responder's measured behaviour; stage timings and wall time) goes to
-``benchmarks/results/sycophancy_{mode}_{variant}[_quick].json``. Runs share nothing but the code: each builds its
-own data, responder and policy (same seed, so the data and the responder are the same across runs).
+``benchmarks/results/sycophancy_{mode}_{variant}[_quick].json``. Every run after the first starts from a copy of the
+first run's data, responder and warmed-up policy (none depends on the score mode or on LoRA; rebuilding them
+would reproduce the same files in ~18 min), and its summary says so (``shared_stages_from``; its ``timings_s`` then
+show those stages as reused).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import time
 from pathlib import Path
 
@@ -20,6 +23,8 @@ from memstate.experiment.sycophancy import SycophancyConfig, run_experiment
 from memstate.threads import configure_threads
 
 RESULTS = Path(__file__).resolve().parent / "results"
+# What neither the score mode nor LoRA changes (``run_experiment`` reuses a stage whose output exists).
+SHARED_STAGES = ("data", "models/policy-init", "models/responder-init", "models/responder", "models/policy-warmup")
 
 
 def main() -> None:
@@ -31,16 +36,25 @@ def main() -> None:
     args = parser.parse_args()
     configure_threads()
     RESULTS.mkdir(exist_ok=True)
+    first = None
     for mode in args.modes:
         for variant in args.variants:
             name = f"sycophancy_{mode}_{variant}" + ("_quick" if args.quick else "")
+            out = Path(args.out) / name
+            if (RESULTS / f"{name}.json").is_file() and (out / "report.json").is_file():
+                print(name, "done before: delete", out, "to rerun it")
+                first = first or name
+                continue
+            if first is not None and not (out / "models" / "responder").is_dir():
+                for stage in SHARED_STAGES:
+                    shutil.copytree(Path(args.out) / first / stage, out / stage)
             start = time.perf_counter()
-            cfg = SycophancyConfig(
-                out=f"{args.out}/{name}", quick=args.quick, score_mode=mode, use_peft=variant == "lora"
-            )
+            cfg = SycophancyConfig(out=str(out), quick=args.quick, score_mode=mode, use_peft=variant == "lora")
             report = run_experiment(cfg)
             summary = {k: v for k, v in report.items() if k not in ("records", "evaluation")}
             summary["wall_s"] = round(time.perf_counter() - start, 1)
+            summary["shared_stages_from"] = first
+            first = first or name
             (RESULTS / f"{name}.json").write_text(json.dumps(summary, indent=2))
             print(name, json.dumps({c: round(m["accuracy"], 3) for c, m in report["conditions"].items()}),
                   "passed" if report["passed"] else "NOT met", f"{summary['wall_s']} s")  # fmt: skip
