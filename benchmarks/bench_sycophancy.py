@@ -47,7 +47,7 @@ def main() -> None:
                 continue
             if first is not None and not (out / "models" / "responder").is_dir():
                 for stage in SHARED_STAGES:
-                    shutil.copytree(Path(args.out) / first / stage, out / stage)
+                    shutil.copytree(Path(args.out) / first / stage, out / stage, dirs_exist_ok=True)
             start = time.perf_counter()
             cfg = SycophancyConfig(out=str(out), quick=args.quick, score_mode=mode, use_peft=variant == "lora")
             report = run_experiment(cfg)
