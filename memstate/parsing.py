@@ -50,9 +50,13 @@ class StageParser(TrlParser):
     def _parse_dataclass_field(parser: argparse.ArgumentParser, field: dataclasses.Field) -> None:
         if field.metadata.get("cli", True) is False:
             return
-        if "cli" in field.metadata:
+        help_text = field.metadata.get("help")
+        if "cli" in field.metadata or "%" in (help_text or ""):
             field = copy.copy(field)
-            field.metadata = MappingProxyType({k: v for k, v in field.metadata.items() if k != "cli"})
+            metadata = {k: v for k, v in field.metadata.items() if k != "cli"}
+            if help_text:
+                metadata["help"] = help_text.replace("%", "%%")  # argparse %-formats help ("95% clean" crashed --help)
+            field.metadata = MappingProxyType(metadata)
         TrlParser._parse_dataclass_field(parser, field)
 
     def __init__(self, *args, **kwargs) -> None:
