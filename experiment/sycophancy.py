@@ -61,15 +61,17 @@ GRPO_RUNS = ("checkpoint", "control_shuffled")  # the lr=0 control logs a reward
 
 @dataclass
 class SycophancyConfig:
-    """The experiment's sizes; ``--quick`` shrinks every unset one (a CI-sized run that still separates the
-    checkpoint from the controls)."""
+    """The experiment's sizes. ``--quick`` shortens the GRPO runs only (80 steps); data, responder and warm-up stay the
+    full run's: a responder trained for fewer than 1,600 steps has not learnt to follow a rule (its loss still falls
+    from 0.58 to 0.39 over the last 320 steps), and 1,600 are not always enough either (README, "The responder is the
+    fragile part")."""
 
     out: str = field(metadata={"help": "Output directory (every stage's output, report.json/md/png)."})
-    quick: bool = field(default=False, metadata={"help": "Fewer users and steps (a shortened run)."})
+    quick: bool = field(default=False, metadata={"help": "Fewer GRPO steps (80): a shortened run."})
     score_mode: str = field(default="likelihood", metadata={"help": "Reward and evaluation: likelihood or exact."})
     use_peft: bool = field(default=False, metadata={"help": "Train LoRA adapters (+ lm_head) instead of all weights."})
-    users: int | None = field(default=None, metadata={"help": "Invented users (6 instances each); 600, quick 300."})
-    responder_steps: int | None = field(default=None, metadata={"help": "Responder SFT steps; 1600, quick 1200."})
+    users: int = field(default=600, metadata={"help": "Invented users (6 instances each)."})
+    responder_steps: int = field(default=1600, metadata={"help": "Responder SFT steps."})
     warmup_steps: int = field(
         default=300,
         metadata={
@@ -93,10 +95,8 @@ class SycophancyConfig:
     def __post_init__(self) -> None:
         if self.score_mode not in ("likelihood", "exact"):
             raise ConfigError(f"score_mode must be likelihood or exact, got {self.score_mode!r}")
-        defaults = {"users": (600, 300), "responder_steps": (1600, 1200), "grpo_steps": (150, 80)}
-        for name, (full, quick) in defaults.items():
-            if getattr(self, name) is None:
-                setattr(self, name, quick if self.quick else full)
+        if self.grpo_steps is None:
+            self.grpo_steps = 80 if self.quick else 150
         if self.learning_rate is None:
             self.learning_rate = 2e-3 if self.use_peft else 3e-4
 
