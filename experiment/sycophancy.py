@@ -62,9 +62,9 @@ GRPO_RUNS = ("checkpoint", "control_shuffled")  # the lr=0 control logs a reward
 @dataclass
 class SycophancyConfig:
     """The experiment's sizes. ``--quick`` shortens the GRPO runs only (80 steps); data, responder and warm-up stay the
-    full run's: a responder trained for fewer than 1,600 steps has not learnt to follow a rule (its loss still falls
-    from 0.58 to 0.39 over the last 320 steps), and 1,600 are not always enough either (README, "The responder is the
-    fragile part")."""
+    full run's: the responder's loss still falls from 0.58 to 0.39 over the last 320 of its 1,600 steps (the old quick
+    run stopped it at 1,200), and even 1,600 do not always teach it the rules (README, "The responder is the fragile
+    part")."""
 
     out: str = field(metadata={"help": "Output directory (every stage's output, report.json/md/png)."})
     quick: bool = field(default=False, metadata={"help": "Fewer GRPO steps (80): a shortened run."})
