@@ -7,9 +7,11 @@ helps on an update request and hurts on a history request; "use the older prefer
 anyway), so no rule is right everywhere and the warm-up, drawing each opposing pair symmetrically, starts with no
 expected gain. GRPO has to find which shape pays where.
 
-**Responder.** A small Qwen3 model is trained (transformers ``Trainer``, on the answer token and the prompt's next
-tokens) on responder prompts of the *train* split, each with no state and with three states of ``responder_state``
-(a pair's lone rule in two thirds of them), to answer with the letter ``world_letter`` gives:
+**Responder.** A small Qwen3 model is trained (transformers ``Trainer``, on the answer token, the end of turn after
+it and the prompt's next tokens) on responder prompts of the *train* split, with no state and with states of
+``responder_state`` (a pair's lone rule in two thirds of them), in a curriculum (reading the memories first, then
+the rules), to answer with the letter ``world_letter`` gives; of its checked iterates the one that best does what
+the rules say on the validation split is kept:
 
 - no relevant rule (no state, neutral rules, or both rules of an opposing pair): the failure modes — on evidence
   instances it follows the user's stance when the user's memory is phrased persuasively (sycophancy) and the
@@ -24,7 +26,10 @@ model, and its measured behaviour on held-out entities is what the experiment re
 
 from __future__ import annotations
 
+import collections
+import json
 import random
+import shutil
 from pathlib import Path
 
 import torch
@@ -143,35 +148,97 @@ def build_world_models(train_instances: list[Instance], out_dir: Path, seed: int
     return paths
 
 
-def responder_examples(
-    tokenizer, instances: list[Instance], states_per_instance: int, seed: int
-) -> list[dict[str, list[int] | int]]:
-    """Each instance with no state and with ``states_per_instance - 1`` random states: the responder's prompt ids
-    (exactly as ``TransformersResponder`` builds them) and the token id of the letter ``world_letter`` gives."""
+# States per instance, by task. A lone evidence rule changes the answer only on an evidence conflict, and a lone
+# "newer" rule only on an update or history request; with the same count everywhere ~3% of the rows taught each
+# evidence rule and ~8% the newer rule, and at 1,600 steps the responder learnt the preference rule every time and
+# the evidence rules only sometimes (followed "Trust the evidence" 67% and 3% in two runs that differed by one extra
+# loss term), or, with three times the states on a conflict, the evidence rules and not the preference one (0.51).
+# These counts give each rule ~5-10% of the rows. Which rules a state holds is still drawn blind to the instance.
+STATES_PER_TASK = {"evidence_conflict": 6, "preference_update": 4, "preference_history": 4}
+OTHER_STATES = 2  # evidence_consistent, preference_current: no rule should change the answer
+
+
+def _prompt_ids(tokenizer, inst: Instance, rules: tuple[str, ...] | None) -> list[int]:
+    return tokenizer.apply_chat_template(
+        responder_messages(inst, rules), add_generation_prompt=True, tokenize=True, return_dict=False
+    )
+
+
+# The responder's curriculum: each phase's share of the steps, the rows it draws from, and its learning-rate factor.
+# Measured (validation split, two seeds, 1,600 steps; README, "The responder is the fragile part"): on one shuffled mix
+# the responder sat at chance for 450 to over 1,000 steps, the longer the fewer easy rows (agreeing evidence, one
+# preference) it held: rules it cannot use yet are noise while it learns to read the memories. "reading" (rows without
+# a state) took both seeds to 96-99% of the no-state answers by step 400. Adding the states at the same rate knocked
+# that back (to 0.62-0.74) and one seed of a rules-only phase fell to chance; at 0.3 of the rate the reading held
+# (0.98-1.00) and both seeds learnt all three rules by step 1,200-1,400, which a constant rate did in 1 of 2.
+CURRICULUM = (("reading", 0.25, 1.0), ("all", 0.75, 0.3))
+DECAY_SHARE = 0.3  # the rate decays linearly to 0 over the last 30% of the steps, so the kept iterates are settled
+
+
+def responder_lr_factor(step: int, steps: int) -> float:
+    """The responder's learning-rate factor at ``step``: a 5% warm-up, ``CURRICULUM``'s factor per phase, then a linear
+    decay over the last ``DECAY_SHARE`` of the steps.
+
+    >>> [round(responder_lr_factor(s, 100), 2) for s in (0, 4, 24, 25, 69, 70, 85, 99)]
+    [0.2, 1.0, 1.0, 0.3, 0.3, 0.3, 0.15, 0.01]
+    """
+    factor = min(1.0, (step + 1) / max(steps // 20, 1))
+    start = 0.0
+    for _, share, phase_factor in CURRICULUM:
+        if step >= start * steps:
+            factor_now = phase_factor
+        start += share
+    decay_from = steps * (1 - DECAY_SHARE)
+    return factor * factor_now * (1.0 if step < decay_from else (steps - step) / (steps - decay_from))
+
+
+def responder_examples(tokenizer, instances: list[Instance], seed: int, total: int) -> list[dict[str, list[int] | int]]:
+    """The ``total`` rows the responder trains on, in order, phase by phase (``CURRICULUM``), each phase shuffled
+    passes over its rows: each instance with no state and with ``STATES_PER_TASK`` random states. A row is the
+    responder's prompt ids (exactly as ``TransformersResponder`` builds them) followed by the letter ``world_letter``
+    gives, and the letter's token id."""
     rng = random.Random(f"responder:{seed}")
-
-    def prompt_ids(inst, rules):
-        return tokenizer.apply_chat_template(
-            responder_messages(inst, rules), add_generation_prompt=True, tokenize=True, return_dict=False
-        )
-
-    rows = []
+    pools: dict[str, list] = {"reading": [], "all": []}
     for inst in instances:
-        bare = prompt_ids(inst, None)
-        for k in range(states_per_instance):
+        bare = _prompt_ids(tokenizer, inst, None)
+        for k in range(1 + STATES_PER_TASK.get(inst.task, OTHER_STATES)):
             rules = None if k == 0 else responder_state(rng)
-            ids = bare if rules is None else prompt_ids(inst, rules)
+            ids = bare if rules is None else _prompt_ids(tokenizer, inst, rules)
             # The prompt's language-model loss stops where the state begins (see AnswerTokenTrainer).
             lm_len = next((n for n, (a, b) in enumerate(zip(ids, bare, strict=False)) if a != b), len(ids))
             label = tokenizer.convert_tokens_to_ids(world_letter(inst, rules))
-            rows.append({"input_ids": ids, "label": label, "lm_len": lm_len})
-    rng.shuffle(rows)
+            row = {"input_ids": [*ids, label], "label": label, "lm_len": lm_len}
+            for phase in ("reading", "all") if rules is None else ("all",):
+                pools[phase].append(row)
+    order, done = [], 0
+    for k, (phase, share, _) in enumerate(CURRICULUM):
+        n = total - done if k == len(CURRICULUM) - 1 else int(total * share)
+        while n > 0:  # shuffled passes
+            order += rng.sample(pools[phase], len(pools[phase]))[:n]
+            n -= len(pools[phase])
+        done = len(order)
+    return order
+
+
+def skill_examples(tokenizer, instances: list[Instance]) -> list[dict]:
+    """What the responder must be able to do, as rows of held-out instances: each with no state (``skill``
+    "no_state": the failure modes), with a neutral rule ("neutral": nothing changes), and with each pair rule that
+    changes its answer, alone (``skill`` the rule)."""
+    rows = []
+    for n, inst in enumerate(instances):
+        neutral = (NEUTRAL[n % len(NEUTRAL)],)
+        for rules in (None, neutral, *((r,) for pair in PAIRS for r in pair)):
+            if rules in (None, neutral) or world_letter(inst, rules) != world_letter(inst, None):
+                ids = _prompt_ids(tokenizer, inst, rules)
+                label = tokenizer.convert_tokens_to_ids(world_letter(inst, rules))
+                skill = "no_state" if rules is None else "neutral" if rules == neutral else rules[0]
+                rows.append({"input_ids": [*ids, label], "label": label, "lm_len": 0, "skill": skill})
     return rows
 
 
 class AnswerTokenTrainer(Trainer):
-    """Supervised training on the one token the responder is scored on (the option letter right after the prompt),
-    plus next-token prediction on the prompt itself.
+    """Supervised training on the one token the responder is scored on (the option letter right after the prompt) and
+    the end of turn after it, plus next-token prediction on the prompt itself.
 
     The answer token alone is one bit per prompt of ~230 tokens: the model sits at chance until its heads find the few
     tokens that matter, and in this world that plateau outlasted a few CPU minutes (0.61 accuracy at 600 steps,
@@ -181,21 +248,54 @@ class AnswerTokenTrainer(Trainer):
 
     The language-model loss covers the prompt up to its state only. A state's rules are random draws, so after "Use
     the" the loss cannot predict "newer" from "older"; with the tied embeddings it pulled the two words' vectors
-    together (cosine 0.97 after 1,600 steps) and the responder could not tell the two rules apart."""
+    together (cosine 0.97 after 1,600 steps) and the responder could not tell the two rules apart.
+
+    The end of turn is what lets a responder that answers in words (exact mode) stop after its letter: trained on the
+    letter alone it went on ("AA) cold…"), and 20 of 720 no-state replies and 83 of 720 self-guide ones were unreadable,
+    which made readability, not the answer, what exact-mode GRPO rewarded."""
 
     prompt_lm_weight = 1.0
 
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
         labels, lm_mask = inputs.pop("labels"), inputs.pop("lm_mask")
         logits = model(**inputs).logits.float()
-        answer_logits = logits[:, -1]
-        loss = torch.nn.functional.cross_entropy(answer_logits, labels)
+        answer_logits = logits[:, -2]  # rows end with their letter: it is predicted one position earlier
+        end = torch.full_like(labels, self.processing_class.eos_token_id)
+        loss = torch.nn.functional.cross_entropy(answer_logits, labels) + torch.nn.functional.cross_entropy(
+            logits[:, -1], end
+        )
         targets = inputs["input_ids"][:, 1:].masked_fill(lm_mask[:, 1:] == 0, -100)
         prompt_lm = torch.nn.functional.cross_entropy(
             logits[:, :-1].flatten(0, 1), targets.flatten(), ignore_index=-100
         )
         loss = loss + self.prompt_lm_weight * prompt_lm
         return (loss, answer_logits) if return_outputs else loss
+
+    def create_scheduler(self, num_training_steps: int, optimizer=None):
+        if self.lr_scheduler is None:  # the curriculum's rate (``responder_lr_factor``)
+            self.lr_scheduler = torch.optim.lr_scheduler.LambdaLR(
+                optimizer or self.optimizer, lambda step: responder_lr_factor(step, num_training_steps)
+            )
+        return self.lr_scheduler
+
+    def evaluate(self, eval_dataset=None, ignore_keys=None, metric_key_prefix: str = "eval") -> dict[str, float]:
+        """How often the answer letter is ``world_letter``'s on ``skill_examples`` rows, per skill, and the worst of
+        these (``worst_skill``): the iterate kept is the one whose weakest skill is strongest (``train_responder``)."""
+        rows, hits = eval_dataset or self.eval_dataset, collections.defaultdict(list)
+        self.model.eval()
+        with torch.no_grad():
+            for start in range(0, len(rows), self.args.per_device_eval_batch_size):
+                batch = [rows[i] for i in range(start, min(start + self.args.per_device_eval_batch_size, len(rows)))]
+                inputs = self.data_collator(batch)
+                logits = self.model(input_ids=inputs["input_ids"], attention_mask=inputs["attention_mask"],
+                                    position_ids=inputs["position_ids"]).logits  # fmt: skip
+                for row, letter in zip(batch, logits[:, -2].argmax(-1).tolist(), strict=True):
+                    hits[row["skill"]].append(letter == row["label"])
+        self.model.train()
+        metrics = {f"{metric_key_prefix}_{skill}": sum(h) / len(h) for skill, h in sorted(hits.items())}
+        metrics[f"{metric_key_prefix}_worst_skill"] = min(metrics.values())
+        self.log(metrics)
+        return metrics
 
 
 def left_pad_collator(pad_id: int):
@@ -224,43 +324,61 @@ def _reset_accelerate() -> None:
 def train_responder(
     init_dir: str | Path,
     instances: list[Instance],
+    validation: list[Instance],
     out_dir: Path,
     *,
     steps: int,
-    states_per_instance: int = 4,
     batch_size: int = 16,
     learning_rate: float = 1e-3,
     seed: int = 0,
 ) -> Path:
-    """Train the world's responder from its random init on ``instances`` (the train split); save it to ``out_dir``."""
+    """Train the world's responder from its random init on ``instances`` (the train split) and save to ``out_dir`` the
+    iterate that follows its rules best on ``validation`` (its worst ``skill_examples`` accuracy, checked 8 times).
+
+    The rows come in ``CURRICULUM``'s order at its rates (``responder_lr_factor``). Why select: this responder wanders
+    (one run followed "Trust the evidence" 0.97 at 1,600 steps and 0.46 after 800 more; one followed "Use the newer
+    preference" 0.98 at step 1,200 and 0.47 at 1,400), so the last iterate is a draw."""
     tokenizer = AutoTokenizer.from_pretrained(init_dir)
     model = AutoModelForCausalLM.from_pretrained(init_dir)
+    checks = max(steps // 8, 1)
     args = TrainingArguments(
-        output_dir=str(out_dir),
+        output_dir=str(out_dir / "checkpoints"),
         max_steps=steps,
         learning_rate=learning_rate,
-        # Constant: these small models learn each skill after a plateau (reading the stance, then binding a
-        # preference's kind to its date); a decaying rate would stall the later ones.
-        lr_scheduler_type="constant_with_warmup",
-        warmup_steps=max(steps // 20, 1),
         weight_decay=0.0,
         per_device_train_batch_size=batch_size,
+        per_device_eval_batch_size=64,
         logging_steps=max(steps // 10, 1),
-        save_strategy="no",
+        eval_strategy="steps",
+        eval_steps=checks,
+        save_strategy="best",
+        metric_for_best_model="worst_skill",
+        load_best_model_at_end=True,
+        save_only_model=True,
+        save_total_limit=1,
         report_to=[],
         use_cpu=True,
         seed=seed,
         remove_unused_columns=False,
+        train_sampling_strategy="sequential",  # responder_examples' order: its curriculum
     )
     trainer = AnswerTokenTrainer(
         model=model,
         args=args,
-        train_dataset=Dataset.from_list(responder_examples(tokenizer, instances, states_per_instance, seed)),
+        train_dataset=Dataset.from_list(responder_examples(tokenizer, instances, seed, steps * batch_size)),
+        eval_dataset=skill_examples(tokenizer, validation),
+        processing_class=tokenizer,
         data_collator=left_pad_collator(tokenizer.pad_token_id),
     )
     trainer.train()
     trainer.save_model(str(out_dir))
     tokenizer.save_pretrained(out_dir)
+    (out_dir / "log_history.json").write_text(json.dumps(trainer.state.log_history, indent=1))
+    kept = next(
+        h for h in trainer.state.log_history if h["step"] == trainer.state.best_global_step and "eval_worst_skill" in h
+    )
+    (out_dir / "selection.json").write_text(json.dumps({"kept_step": kept["step"], "validation": kept}, indent=1))
+    shutil.rmtree(out_dir / "checkpoints")  # the kept iterate is saved above
     _reset_accelerate()
     return out_dir
 

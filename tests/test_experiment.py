@@ -1,11 +1,25 @@
 """`memstate experiment sycophancy`: the whole method on CPU (synthetic world, trained responder, GRPO, controls)."""
 
 import json
+from collections import Counter
 
 import pytest
+from memstate.data_build.build import DataConfig, SyntheticConfig, build_data
 from memstate.experiment.sycophancy import late_training_gain
+from memstate.experiment.world import (
+    FOLLOW_USER,
+    TRUST_EVIDENCE,
+    USE_LATEST,
+    AnswerTokenTrainer,
+    build_world_models,
+    left_pad_collator,
+    skill_examples,
+    train_responder,
+)
+from transformers import AutoModelForCausalLM, AutoTokenizer, TrainingArguments
 
 from memstate.cli import main
+from memstate.data import load_split
 
 CONDITIONS = ("no_state", "self_guide", "checkpoint", "control_lr0", "control_shuffled")
 TINY = ["--users", "120", "--responder_steps", "4", "--warmup_steps", "4", "--grpo_steps", "2", "--lr0_steps", "1",
@@ -38,3 +52,53 @@ def test_late_training_gain_averages_the_logged_gain_over_the_second_half(tmp_pa
     (tmp_path / "log_history.json").write_text(json.dumps([*log, {"step": 40, "train_runtime": 1.0}]))
     assert late_training_gain(tmp_path) == pytest.approx(0.3)
     assert late_training_gain(tmp_path / "never_ran") is None
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory):
+    out = tmp_path_factory.mktemp("world")
+    config = DataConfig(synthetic=SyntheticConfig(users=120), split_ratios={"train": 0.7, "validation": 0.1,
+                        "test": 0.2}, progress=False)  # fmt: skip
+    build_data(config, out / "data")
+    train, validation = load_split(out / "data", "train"), load_split(out / "data", "validation")
+    return out, train, validation, build_world_models(train, out / "models")
+
+
+def test_skill_rows_are_where_a_lone_rule_changes_the_answer(world):
+    _, _, validation, inits = world
+    tokenizer = AutoTokenizer.from_pretrained(inits["responder"])
+    rows = skill_examples(tokenizer, validation)
+    skills = Counter(r["skill"] for r in rows)
+    # "Use the older preference" agrees with the no-state answer everywhere, so it is no skill to check.
+    assert set(skills) == {"no_state", "neutral", TRUST_EVIDENCE, FOLLOW_USER, USE_LATEST}
+    assert skills["no_state"] == skills["neutral"] == len(validation)
+    conflicts = [i for i in validation if i.task == "evidence_conflict"]
+    assert skills[TRUST_EVIDENCE] + skills[FOLLOW_USER] == len(conflicts)  # persuasive or not: one of them flips it
+    for row in rows:
+        assert row["input_ids"][-1] == row["label"]
+
+
+def test_responder_keeps_the_iterate_whose_weakest_skill_is_strongest(world):
+    """8 checks on held-out users; the saved responder is the best-checked iterate (not the last), re-checked."""
+    out, train, validation, inits = world
+    responder = train_responder(inits["responder"], train, validation, out / "responder", steps=16,
+                                learning_rate=1e-2)  # fmt: skip
+    logged = [h for h in json.loads((responder / "log_history.json").read_text()) if "eval_worst_skill" in h]
+    checks = list({c["step"]: c for c in reversed(logged)}.values())[::-1]  # Trainer checks the last step twice
+    assert [c["step"] for c in checks] == list(range(2, 17, 2))
+    best = next(c for c in checks if c["eval_worst_skill"] == max(c["eval_worst_skill"] for c in checks))
+    assert best["step"] != checks[-1]["step"] and best != checks[-1]  # else this test could not tell them apart
+    tokenizer = AutoTokenizer.from_pretrained(responder)
+    trainer = AnswerTokenTrainer(
+        model=AutoModelForCausalLM.from_pretrained(responder),
+        args=TrainingArguments(
+            output_dir=str(out / "recheck"), use_cpu=True, report_to=[], per_device_eval_batch_size=64
+        ),  # fmt: skip
+        eval_dataset=skill_examples(tokenizer, validation),
+        data_collator=left_pad_collator(tokenizer.pad_token_id),
+    )
+    again = trainer.evaluate()
+    assert {k: v for k, v in again.items() if k.startswith("eval_")} == {
+        k: v for k, v in best.items() if k.startswith("eval_")
+    }
+    assert not (responder / "checkpoints").exists()
