@@ -63,7 +63,7 @@ GRPO_RUNS = ("checkpoint", "control_shuffled")  # the lr=0 control logs a reward
 class SycophancyConfig:
     """The experiment's sizes. ``--quick`` shortens the GRPO runs only (80 steps); data, responder and warm-up stay the
     full run's: the responder learnt all three rules at steps 1,200-1,400 of its 1,600 in the two seeds measured
-    (README, "The responder is the fragile part")."""
+    (README, "The responder was the fragile part")."""
 
     out: str = field(metadata={"help": "Output directory (every stage's output, report.json/md/png)."})
     quick: bool = field(default=False, metadata={"help": "Fewer GRPO steps (80): a shortened run."})
