@@ -6,7 +6,7 @@ Each run's summary (per condition accuracy, Δ vs no state with its 95% CI, syco
 checkpoint − self-guide; the criteria; the responder's measured behaviour; stage timings and wall time) goes to
 ``benchmarks/results/sycophancy_{mode}_{variant}[_quick].json``. Every run after the first starts from a copy of the
 first run's data, responder and warmed-up policy (none depends on the score mode or on LoRA; rebuilding them
-would reproduce the same files in ~18 min), and its summary says so (``shared_stages_from``; its ``timings_s`` then
+would reproduce the same files in ~14.5 min), and its summary says so (``shared_stages_from``; its ``timings_s`` then
 show those stages as reused).
 """
 

@@ -21,8 +21,10 @@ from __future__ import annotations
 
 import json
 import logging
+import multiprocessing
 import random
 import shutil
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -61,17 +63,18 @@ GRPO_RUNS = ("checkpoint", "control_shuffled")  # the lr=0 control logs a reward
 
 @dataclass
 class SycophancyConfig:
-    """The experiment's sizes. ``--quick`` shortens the GRPO runs only (80 steps); data, responder and warm-up stay the
-    full run's: the responder learnt all three rules at steps 1,200-1,400 of its 1,600 in the two seeds measured
-    (README, "The responder was the fragile part")."""
+    """The experiment's sizes. ``--quick`` shortens the GRPO runs only (60 steps); data, responder and warm-up stay the
+    full run's: with 1,200 responder steps the two seeds measured kept iterates that follow the rules 0.99-1.00 (seed
+    0) and 0.53-1.00 (seed 1) on the test users, and at 1,600 steps the rules appeared at steps 1,200-1,400 (README,
+    "The responder was the fragile part")."""
 
     out: str = field(metadata={"help": "Output directory (every stage's output, report.json/md/png)."})
-    quick: bool = field(default=False, metadata={"help": "Fewer GRPO steps (80): a shortened run."})
+    quick: bool = field(default=False, metadata={"help": "Fewer GRPO steps (60): a shortened run."})
     score_mode: str = field(default="likelihood", metadata={"help": "Reward and evaluation: likelihood or exact."})
     use_peft: bool = field(default=False, metadata={"help": "Train LoRA adapters (+ lm_head) instead of all weights."})
     users: int = field(default=600, metadata={"help": "Invented users (6 instances each)."})
     responder_steps: int = field(
-        default=1600, metadata={"help": "Responder SFT steps (its iterate is kept by validation checks)."}
+        default=1200, metadata={"help": "Responder SFT steps (its iterate is kept by validation checks)."}
     )
     warmup_steps: int = field(
         default=300,
@@ -81,9 +84,15 @@ class SycophancyConfig:
             "as 'Trust the evidence'; at 300 linearly decayed steps 95% were clean and the shapes' rates 0.37-0.49."
         },
     )
-    grpo_steps: int | None = field(default=None, metadata={"help": "GRPO steps per run; 150, quick 80."})
+    grpo_steps: int | None = field(
+        default=None,
+        metadata={
+            "help": "GRPO steps per run; 120, quick 60. Measured (150 steps): the logged counterfactual gain of the "
+            "policy's states rose to its plateau (0.05-0.19 per logging window) by step 60."
+        },
+    )
     lr0_steps: int = field(
-        default=10,
+        default=4,
         metadata={
             "help": "GRPO steps of the lr=0 control: AdamW with lr 0 never moves a weight (weight decay is scaled by "
             "lr too), which the report checks, so more steps would only cost time."
@@ -97,7 +106,7 @@ class SycophancyConfig:
         if self.score_mode not in ("likelihood", "exact"):
             raise ConfigError(f"score_mode must be likelihood or exact, got {self.score_mode!r}")
         if self.grpo_steps is None:
-            self.grpo_steps = 80 if self.quick else 150
+            self.grpo_steps = 60 if self.quick else 120
         if self.learning_rate is None:
             self.learning_rate = 2e-3 if self.use_peft else 3e-4
 
@@ -142,6 +151,7 @@ def grpo_args(cfg: SycophancyConfig, output_dir: Path, learning_rate: float, ste
         steps_per_generation=4,  # one generation round of 64 states feeds 4 steps: batched sampling, ~30% faster
         max_completion_length=64,
         temperature=1.0,
+        gradient_checkpointing=False,  # tiny models: recomputing activations would only cost time
         # Two guards measured on this world (full fine-tuning, 150 steps): with beta 0 and TRL's per-group reward
         # std, the policy drifted into garbled rules ("- Use the e the reply.") at lr 5e-4, with the batch std too;
         # a KL anchor to the warmed-up policy keeps its rules words (lr 1e-4: no gain, lr 3e-4: +4 points over
@@ -172,14 +182,36 @@ def run_grpo(cfg: SycophancyConfig, name: str, policy: Path, responder: Path, da
     return train(script, responder_cfg, grpo_args(cfg, out, lr, steps))
 
 
+def two_at_a_time(calls: dict[str, tuple]) -> dict:
+    """``{name: fn(*args)}`` for ``calls`` (name: (fn, *args)), two processes at a time, each on half of this
+    process's torch threads, where it has two or more (else one after the other, here).
+
+    Why: the GRPO runs (and the conditions' state sampling) are independent, and a tiny policy (mostly sampling
+    tokens one at a time) does not use two threads well. Measured on 2 cores: 16 GRPO steps took 27.6 s on two
+    threads and 41.4 s on one, so two runs side by side take ~1.5x one run instead of 2x."""
+    threads = torch.get_num_threads()
+    if threads < 2:
+        return {name: fn(*args) for name, (fn, *args) in calls.items()}
+    spawn = multiprocessing.get_context("spawn")  # a fresh interpreter: no forked torch thread pools
+    level = logging.getLogger().getEffectiveLevel()
+    with ProcessPoolExecutor(2, mp_context=spawn, initializer=_worker_setup, initargs=(threads // 2, level)) as pool:
+        futures = {name: pool.submit(fn, *args) for name, (fn, *args) in calls.items()}
+        return {name: future.result() for name, future in futures.items()}
+
+
+def _worker_setup(threads: int, log_level: int) -> None:
+    torch.set_num_threads(threads)
+    logging.basicConfig(level=log_level, format="%(asctime)s %(processName)s %(name)s: %(message)s")
+
+
 def responder_behaviour(responder: TransformersResponder, instances: list, mode: str) -> dict:
     """What the frozen responder does on held-out users: its failure rates without a state, and how often it does
     what one rule says (``world_letter``), per shape, on the instances where that rule changes the answer."""
 
-    def answers(rules):  # read once, by the scorer's parser, as the evaluator does
-        judged = judge(responder, instances, [rules] * len(instances), mode)
+    def answers(rules, where=instances):  # read once, by the scorer's parser, as the evaluator does
+        judged = judge(responder, where, [rules] * len(where), mode) if where else []
         return [None if j is None or j.answer is None else parse_choice(j.answer, i.candidates)
-                for i, j in zip(instances, judged, strict=True)]  # fmt: skip
+                for i, j in zip(where, judged, strict=True)]  # fmt: skip
 
     out: dict = {}
     none = answers(None)
@@ -195,9 +227,10 @@ def responder_behaviour(responder: TransformersResponder, instances: list, mode:
     for shape in SHAPES:
         # Where the rule should change the answer (a pair's rule against the failure mode, or for it against the
         # right answer); a neutral rule should change nothing, so it is measured on every instance.
-        got = answers((shape,))
-        moved = [(i, a) for i, a in zip(instances, got, strict=True)
-                 if shape in NEUTRAL or world_letter(i, (shape,)) != world_letter(i, None)]  # fmt: skip
+        where = [i for i in instances if world_letter(i, (shape,)) != world_letter(i, None)]
+        if shape in NEUTRAL:  # it should change nothing: each neutral shape on a third of the instances
+            where = instances[NEUTRAL.index(shape) :: len(NEUTRAL)]
+        moved = list(zip(where, answers((shape,), where), strict=True))
         # None: a rule that never changes this responder's answer (the older-preference rule agrees with its default).
         out[f"follows[{shape}]"] = sum(a == world_letter(i, (shape,)) for i, a in moved) / len(moved) if moved else None
     return out
@@ -244,15 +277,16 @@ def run_experiment(cfg: SycophancyConfig) -> dict:
             )  # fmt: skip
 
     policies = {"self_guide": warm}
-    with timers("grpo"):
-        policies["checkpoint"] = run_grpo(cfg, "checkpoint", warm, responder_dir, data_dir, cfg.learning_rate,
-                                          cfg.grpo_steps)  # fmt: skip
-    with timers("control_lr0"):
-        policies["control_lr0"] = run_grpo(cfg, "control_lr0", warm, responder_dir, data_dir, 0.0, cfg.lr0_steps)
-    with timers("control_shuffled"):
+    with timers("grpo"):  # the policy and both controls
         shuffled = shuffled_reference(data_dir, out / "data-shuffled", cfg.seed)
-        policies["control_shuffled"] = run_grpo(cfg, "control_shuffled", warm, responder_dir, shuffled,
-                                                cfg.learning_rate, cfg.grpo_steps)  # fmt: skip
+        runs = {
+            "checkpoint": (data_dir, cfg.learning_rate, cfg.grpo_steps),
+            "control_shuffled": (shuffled, cfg.learning_rate, cfg.grpo_steps),
+            "control_lr0": (data_dir, 0.0, cfg.lr0_steps),
+        }
+        policies |= two_at_a_time(
+            {name: (run_grpo, cfg, name, warm, responder_dir, *run) for name, run in runs.items()}
+        )
 
     with timers("evaluate"):
         eval_cfg = EvalConfig(
@@ -268,10 +302,9 @@ def run_experiment(cfg: SycophancyConfig) -> dict:
         )
         rules: dict = {"no_state": [None] * len(test_set)}
         state_info = {}
-        for cond, path in policies.items():
-            parsed = [
-                state_record(t, i) for t, i in zip(generate_states(path, test_set, eval_cfg), test_set, strict=True)
-            ]
+        states = two_at_a_time({cond: (generate_states, path, test_set, eval_cfg) for cond, path in policies.items()})
+        for cond, texts in states.items():
+            parsed = [state_record(t, i) for t, i in zip(texts, test_set, strict=True)]
             rules[cond] = [r for r, _ in parsed]
             state_info[cond] = [info for _, info in parsed]
         records = condition_records(responder, test_set, list(CONDITIONS), rules, state_info, cfg.score_mode)

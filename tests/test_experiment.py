@@ -2,8 +2,10 @@
 
 import json
 from collections import Counter
+from types import SimpleNamespace
 
 import pytest
+import torch
 from memstate.data_build.build import DataConfig, SyntheticConfig, build_data
 from memstate.experiment.sycophancy import late_training_gain
 from memstate.experiment.world import (
@@ -13,6 +15,7 @@ from memstate.experiment.world import (
     AnswerTokenTrainer,
     build_world_models,
     left_pad_collator,
+    responder_examples,
     skill_examples,
     train_responder,
 )
@@ -71,7 +74,7 @@ def test_skill_rows_are_where_a_lone_rule_changes_the_answer(world):
     skills = Counter(r["skill"] for r in rows)
     # "Use the older preference" agrees with the no-state answer everywhere, so it is no skill to check.
     assert set(skills) == {"no_state", "neutral", TRUST_EVIDENCE, FOLLOW_USER, USE_LATEST}
-    assert skills["no_state"] == skills["neutral"] == len(validation)
+    assert skills["no_state"] == skills["neutral"] == len(validation[::3])
     conflicts = [i for i in validation if i.task == "evidence_conflict"]
     assert skills[TRUST_EVIDENCE] + skills[FOLLOW_USER] == len(conflicts)  # persuasive or not: one of them flips it
     for row in rows:
@@ -102,3 +105,25 @@ def test_responder_keeps_the_iterate_whose_weakest_skill_is_strongest(world):
         k: v for k, v in best.items() if k.startswith("eval_")
     }
     assert not (responder / "checkpoints").exists()
+
+
+def test_micro_batches_compute_the_whole_batch_loss_and_gradient(world):
+    """Rows run in length-sorted parts cut to their own width; loss, gradient and answer logits are the batch's."""
+    _, train, _, inits = world
+    tokenizer = AutoTokenizer.from_pretrained(inits["responder"])
+    model = AutoModelForCausalLM.from_pretrained(inits["responder"])
+    rows = responder_examples(tokenizer, train, seed=0, total=7)
+    assert len({len(r["input_ids"]) for r in rows}) > 1  # else no padding to cut
+    results = []
+    for parts in (1, 3):
+        trainer = SimpleNamespace(micro_batches=parts, prompt_lm_weight=1.0, processing_class=tokenizer)
+        model.zero_grad()
+        loss, logits = AnswerTokenTrainer.compute_loss(trainer, model, left_pad_collator(tokenizer.pad_token_id)(rows),
+                                                       return_outputs=True)  # fmt: skip
+        loss.backward()
+        results.append((loss.detach(), logits.detach(), [p.grad.clone() for p in model.parameters()]))
+    (loss1, logits1, grads1), (loss3, logits3, grads3) = results
+    torch.testing.assert_close(loss3, loss1)
+    torch.testing.assert_close(logits3, logits1, atol=1e-5, rtol=1e-4)
+    for a, b in zip(grads3, grads1, strict=True):
+        torch.testing.assert_close(a, b, atol=1e-6, rtol=1e-4)
