@@ -186,9 +186,10 @@ def two_at_a_time(calls: dict[str, tuple]) -> dict:
     """``{name: fn(*args)}`` for ``calls`` (name: (fn, *args)), two processes at a time, each on half of this
     process's torch threads, where it has two or more (else one after the other, here).
 
-    Why: the GRPO runs (and the conditions' state sampling) are independent, and a tiny policy (mostly sampling
-    tokens one at a time) does not use two threads well. Measured on 2 cores: 16 GRPO steps took 27.6 s on two
-    threads and 41.4 s on one, so two runs side by side take ~1.5x one run instead of 2x."""
+    Why: the GRPO runs are independent, and a tiny policy (mostly sampling tokens one at a time) does not use two
+    threads well. Measured on 2 cores: 16 GRPO steps took 27.6 s on two threads and 41.4 s on one; the three runs (150
+    steps) took 376 s side by side against 461 s one after the other. The evaluation's state sampling through it took
+    112 s against 106 s before: no gain there."""
     threads = torch.get_num_threads()
     if threads < 2:
         return {name: fn(*args) for name, (fn, *args) in calls.items()}
@@ -226,7 +227,7 @@ def responder_behaviour(responder: TransformersResponder, instances: list, mode:
     )
     for shape in SHAPES:
         # Where the rule should change the answer (a pair's rule against the failure mode, or for it against the
-        # right answer); a neutral rule should change nothing, so it is measured on every instance.
+        # right answer); a neutral rule should change nothing anywhere.
         where = [i for i in instances if world_letter(i, (shape,)) != world_letter(i, None)]
         if shape in NEUTRAL:  # it should change nothing: each neutral shape on a third of the instances
             where = instances[NEUTRAL.index(shape) :: len(NEUTRAL)]

@@ -33,22 +33,27 @@ CHILD = textwrap.dedent(
     def trace(sql):
         # Inside the transaction of session stop_after + 1, after its facts were written, before COMMIT.
         if mode == "mid" and in_flight[0] == stop_after + 1 and sql.startswith("INSERT INTO relations"):
-            ready.write_text("mid")
+            signal_parent("mid")
             time.sleep(120)
 
     def word(n, i):  # a made-up word per fact, so no two facts share a topic unless meant to
         return "".join("bcdfghjklm"[int(c)] for c in f"{n:02d}{i}") + "ux"
 
+    def signal_parent(text):  # whole or not at all: the parent reads the file as soon as it exists
+        tmp = ready.with_name(ready.name + ".tmp")
+        tmp.write_text(text)
+        tmp.rename(ready)
+
     store._db.set_trace_callback(trace)
     for n in range(sessions):
         if mode == "between" and n == stop_after:
-            ready.write_text("between")
+            signal_parent("between")
             time.sleep(120)
         in_flight[0] = n + 1
         turns = [Turn("user", f"I love {word(n, i)}.") for i in range(per)]
         turns.append(Turn("user", f"These days I prefer {word(n, 0)} {word(n, 9)}."))  # supersedes fact 0
         store.ingest_session(turns, RuleExtractor(), session_id=f"s{n}")
-    ready.write_text("done")
+    signal_parent("done")
     """
 )
 
