@@ -161,11 +161,17 @@ def _classifiers(seed: int) -> dict:
     }
 
 
-def _out_of_fold_accuracy(X, y: np.ndarray, groups: np.ndarray, make_model, seed: int) -> float:
+def _folds(y: np.ndarray, groups: np.ndarray, seed: int) -> list[tuple[np.ndarray, np.ndarray]]:
+    # Stratified so every fold sees every class; grouped so a claim/persona is never both fitted and tested. The
+    # folds depend on the answers and groups only: made once per source, for every probe and classifier (making them
+    # was half the probes' time).
     folds = min(FOLDS, len(set(groups)))
+    return list(StratifiedGroupKFold(n_splits=folds, shuffle=True, random_state=seed).split(y, y, groups))
+
+
+def _out_of_fold_accuracy(X, y: np.ndarray, folds: list[tuple[np.ndarray, np.ndarray]], make_model) -> float:
     correct = 0
-    # Stratified so every fold sees every class; grouped so a claim/persona is never both fitted and tested.
-    for fit, test in StratifiedGroupKFold(n_splits=folds, shuffle=True, random_state=seed).split(X, y, groups):
+    for fit, test in folds:
         if len(set(y[fit])) == 1:
             correct += int((y[test] == y[fit][0]).sum())
             continue
@@ -203,13 +209,14 @@ def run_probes(instances: list[Instance], seed: int = 0) -> dict:
             skipped[source] = f"{len(insts)} instances, {len(counts)} answer(s): too few to probe"
             continue
         majority = counts.most_common(1)[0][1] / len(y)
+        folds = _folds(y, groups, seed)
         for probe, featurize in PROBES.items():
             values = [featurize(i) for i in insts]
             if any(v is None for v in values):
                 continue  # the source injects no user memory (PersonaMem: the memories are the history)
             X = _matrix(values)
             for name, make_model in _classifiers(seed).items():
-                accuracy = _out_of_fold_accuracy(X, y, groups, make_model, seed)
+                accuracy = _out_of_fold_accuracy(X, y, folds, make_model)
                 results.append(ProbeResult(source, probe, name, accuracy, majority, len(y)))
     worst = max(results, key=lambda r: r.margin, default=None)
     return {

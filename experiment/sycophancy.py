@@ -87,8 +87,9 @@ class SycophancyConfig:
     grpo_steps: int | None = field(
         default=None,
         metadata={
-            "help": "GRPO steps per run; 120, quick 60. Measured (150 steps): the logged counterfactual gain of the "
-            "policy's states rose to its plateau (0.05-0.19 per logging window) by step 60."
+            "help": "GRPO steps per run; 100, quick 60. Measured: the logged counterfactual gain of the policy's "
+            "states reached its plateau (0.05-0.19 per logging window) by step 60, and the checkpoint's test gain "
+            "was +11.3 points after 60 steps, +10.0 and +11.4 after 120 (two responders), +12.1 after 150."
         },
     )
     lr0_steps: int = field(
@@ -106,7 +107,7 @@ class SycophancyConfig:
         if self.score_mode not in ("likelihood", "exact"):
             raise ConfigError(f"score_mode must be likelihood or exact, got {self.score_mode!r}")
         if self.grpo_steps is None:
-            self.grpo_steps = 60 if self.quick else 120
+            self.grpo_steps = 60 if self.quick else 100
         if self.learning_rate is None:
             self.learning_rate = 2e-3 if self.use_peft else 3e-4
 
@@ -182,27 +183,58 @@ def run_grpo(cfg: SycophancyConfig, name: str, policy: Path, responder: Path, da
     return train(script, responder_cfg, grpo_args(cfg, out, lr, steps))
 
 
-def two_at_a_time(calls: dict[str, tuple]) -> dict:
-    """``{name: fn(*args)}`` for ``calls`` (name: (fn, *args)), two processes at a time, each on half of this
-    process's torch threads, where it has two or more (else one after the other, here).
+def grpo_runs(cfg: SycophancyConfig, runs: dict[str, tuple], warm: Path, responder_dir: Path) -> dict[str, Path]:
+    """``run_grpo`` for each of ``runs`` (name: (data_dir, learning rate, steps)), two processes at a time, each on
+    half of this process's torch threads, where it has two or more (else one after the other, here).
 
-    Why: the GRPO runs are independent, and a tiny policy (mostly sampling tokens one at a time) does not use two
-    threads well. Measured on 2 cores: 16 GRPO steps took 27.6 s on two threads and 41.4 s on one; the three runs (150
-    steps) took 376 s side by side against 461 s one after the other. The evaluation's state sampling through it took
-    112 s against 106 s before: no gain there."""
+    Why: the runs are independent, and a tiny policy (mostly sampling tokens one at a time) does not use two threads
+    well. Measured on 2 cores: 16 GRPO steps took 27.6 s on two threads and 41.4 s on one; the three runs (150 steps)
+    took 376 s side by side against 461 s one after the other. (The evaluation's state sampling gained nothing so:
+    112 s against 106 s.)"""
+    calls = {name: (cfg, name, warm, responder_dir, *run) for name, run in runs.items()}
     threads = torch.get_num_threads()
     if threads < 2:
-        return {name: fn(*args) for name, (fn, *args) in calls.items()}
+        return {name: run_grpo(*args) for name, args in calls.items()}
     spawn = multiprocessing.get_context("spawn")  # a fresh interpreter: no forked torch thread pools
     level = logging.getLogger().getEffectiveLevel()
     with ProcessPoolExecutor(2, mp_context=spawn, initializer=_worker_setup, initargs=(threads // 2, level)) as pool:
-        futures = {name: pool.submit(fn, *args) for name, (fn, *args) in calls.items()}
+        futures = {name: pool.submit(run_grpo, *args) for name, args in calls.items()}
         return {name: future.result() for name, future in futures.items()}
 
 
 def _worker_setup(threads: int, log_level: int) -> None:
     torch.set_num_threads(threads)
     logging.basicConfig(level=log_level, format="%(asctime)s %(processName)s %(name)s: %(message)s")
+
+
+class RememberingResponder:
+    """A responder that reads each prompt once: a repeated request gets the first answer back.
+
+    Why: the no-state prompts are read for the responder's behaviour and again in evaluation, and the lr=0 control
+    writes the warm-up's states (its weights are the warm-up's: in the last full run its 720 states were self-guide's),
+    so a quarter of the evaluation's prompts were read twice. The responder is deterministic in both score modes."""
+
+    def __init__(self, responder: TransformersResponder):
+        self.responder = responder
+        self.memory: dict[str, object] = {}
+
+    def __getattr__(self, name: str):
+        return getattr(self.responder, name)
+
+    def _remembered(self, read, requests: list[tuple], *options) -> list:
+        """``read(*columns of requests, *options)``, for the requests not read before with these options."""
+        keys = [json.dumps([read.__name__, options, r]) for r in requests]
+        new = {k: r for k, r in zip(keys, requests, strict=True) if k not in self.memory}
+        if new:
+            answers = read(*map(list, zip(*new.values(), strict=True)), *options)
+            self.memory |= {k: a for k, a in zip(new, answers, strict=True) if a is not None}
+        return [self.memory.get(k) for k in keys]
+
+    def answer_logprob(self, prompts: list, continuations: list[list[str]]) -> list:
+        return self._remembered(self.responder.answer_logprob, list(zip(prompts, continuations, strict=True)))
+
+    def answer(self, prompts: list, max_new_tokens: int = 32) -> list:
+        return self._remembered(self.responder.answer, [(p,) for p in prompts], max_new_tokens)
 
 
 def responder_behaviour(responder: TransformersResponder, instances: list, mode: str) -> dict:
@@ -265,7 +297,7 @@ def run_experiment(cfg: SycophancyConfig) -> dict:
             validation = load_split(data_dir, "validation")
             train_responder(inits["responder"], train_set, validation, responder_dir, steps=cfg.responder_steps,
                             seed=cfg.seed)  # fmt: skip
-        responder = TransformersResponder(str(responder_dir), batch_size=32)
+        responder = RememberingResponder(TransformersResponder(str(responder_dir), batch_size=32))
         behaviour = responder_behaviour(responder, test_set, cfg.score_mode)
         logger.info("responder on held-out users: %s", behaviour)
 
@@ -285,9 +317,7 @@ def run_experiment(cfg: SycophancyConfig) -> dict:
             "control_shuffled": (shuffled, cfg.learning_rate, cfg.grpo_steps),
             "control_lr0": (data_dir, 0.0, cfg.lr0_steps),
         }
-        policies |= two_at_a_time(
-            {name: (run_grpo, cfg, name, warm, responder_dir, *run) for name, run in runs.items()}
-        )
+        policies |= grpo_runs(cfg, runs, warm, responder_dir)
 
     with timers("evaluate"):
         eval_cfg = EvalConfig(
@@ -298,13 +328,14 @@ def run_experiment(cfg: SycophancyConfig) -> dict:
             # The policy's own distribution (GRPO samples at 1.0): at the serve API's 0.3 the warmed-up policy would
             # collapse onto one arbitrary mode of its uniform mix, and self-guide would measure that mode.
             temperature=1.0,
+            batch_size=64,  # 12.3 s a policy against 20.6 s at 16 (tiny models: decoding is per-step overhead)
             seed=cfg.seed,
             bootstrap_resamples=cfg.bootstrap_resamples,
         )
         rules: dict = {"no_state": [None] * len(test_set)}
         state_info = {}
-        states = two_at_a_time({cond: (generate_states, path, test_set, eval_cfg) for cond, path in policies.items()})
-        for cond, texts in states.items():
+        for cond, path in policies.items():
+            texts = generate_states(path, test_set, eval_cfg)
             parsed = [state_record(t, i) for t, i in zip(texts, test_set, strict=True)]
             rules[cond] = [r for r, _ in parsed]
             state_info[cond] = [info for _, info in parsed]

@@ -7,7 +7,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 from memstate.data_build.build import DataConfig, SyntheticConfig, build_data
-from memstate.experiment.sycophancy import late_training_gain
+from memstate.experiment.sycophancy import RememberingResponder, late_training_gain
 from memstate.experiment.world import (
     FOLLOW_USER,
     TRUST_EVIDENCE,
@@ -19,10 +19,12 @@ from memstate.experiment.world import (
     skill_examples,
     train_responder,
 )
+from memstate.reward.judge import judge
 from transformers import AutoModelForCausalLM, AutoTokenizer, TrainingArguments
 
 from memstate.cli import main
 from memstate.data import load_split
+from memstate.responder import TransformersResponder
 
 CONDITIONS = ("no_state", "self_guide", "checkpoint", "control_lr0", "control_shuffled")
 TINY = ["--users", "120", "--responder_steps", "4", "--warmup_steps", "4", "--grpo_steps", "2", "--lr0_steps", "1",
@@ -85,7 +87,7 @@ def test_responder_keeps_the_iterate_whose_weakest_skill_is_strongest(world):
     """8 checks on held-out users; the saved responder is the best-checked iterate (not the last), re-checked."""
     out, train, validation, inits = world
     responder = train_responder(inits["responder"], train, validation, out / "responder", steps=16,
-                                learning_rate=1e-2)  # fmt: skip
+                                learning_rate=1e-2, checks_from=0)  # fmt: skip
     logged = [h for h in json.loads((responder / "log_history.json").read_text()) if "eval_worst_skill" in h]
     checks = list({c["step"]: c for c in reversed(logged)}.values())[::-1]  # Trainer checks the last step twice
     assert [c["step"] for c in checks] == list(range(2, 17, 2))
@@ -105,6 +107,32 @@ def test_responder_keeps_the_iterate_whose_weakest_skill_is_strongest(world):
         k: v for k, v in best.items() if k.startswith("eval_")
     }
     assert not (responder / "checkpoints").exists()
+
+
+def test_responder_checks_only_while_its_rate_decays(world):
+    out, train, validation, inits = world
+    responder = train_responder(inits["responder"], train, validation, out / "responder-late", steps=10)
+    logged = [h for h in json.loads((responder / "log_history.json").read_text()) if "eval_worst_skill" in h]
+    assert sorted({h["step"] for h in logged}) == [7, 8, 9, 10]  # every step (10 // 8) from the decay's start
+    assert json.loads((responder / "selection.json").read_text())["kept_step"] in (7, 8, 9, 10)
+
+
+@pytest.mark.parametrize("mode", ["likelihood", "exact"])
+def test_remembering_responder_reads_each_prompt_once(world, mode):
+    _, _, validation, inits = world
+    plain = TransformersResponder(str(inits["responder"]), batch_size=4)
+    read, method = [], "answer_logprob" if mode == "likelihood" else "answer"
+    real = getattr(plain, method)
+    remembering = RememberingResponder(plain)
+    setattr(plain, method, lambda prompts, *rest, **kw: (read.append(len(prompts)), real(prompts, *rest, **kw))[1])
+    a, b, c = validation[:3]
+    first = judge(remembering, [a, b, a, b], [None, (TRUST_EVIDENCE,), None, (FOLLOW_USER,)], mode)
+    assert read == [3] and first[0] == first[2]
+    second = judge(remembering, [c, b, a], [None, (TRUST_EVIDENCE,), None], mode)
+    assert read == [3, 1] and second[1:] == first[1::-1]
+    direct = judge(plain, [a, b, c], [None, (FOLLOW_USER,), None], mode)
+    for got, want in zip([first[0], first[3], second[0]], direct, strict=True):
+        assert got.answer == want.answer and got.score == pytest.approx(want.score, abs=1e-5)
 
 
 def test_micro_batches_compute_the_whole_batch_loss_and_gradient(world):
