@@ -376,7 +376,7 @@ def train_responder(
     (one run followed "Trust the evidence" 0.97 at 1,600 steps and 0.46 after 800 more; one followed "Use the newer
     preference" 0.98 at step 1,200 and 0.47 at 1,400), so the last iterate is a draw. Why only while the rate decays:
     no earlier iterate was ever kept (the rules appear late: kept steps 1,200 and 1,200 of 1,200 in two seeds,
-    1,200-1,400 of 1,600), and each check cost ~6 s."""
+    1,200-1,400 of 1,600), and each check cost ~7 s."""
     tokenizer = AutoTokenizer.from_pretrained(init_dir)
     model = AutoModelForCausalLM.from_pretrained(init_dir)
     checks = max(steps // 8, 1)
