@@ -7,8 +7,8 @@ One command, the production code paths with small models (``memstate.experiment.
    its measured behaviour on the test split is reported;
 3. **warm-up** — the random-init policy learns to write 2–4 rule shapes at random (never from the instance);
 4. **GRPO** — ``memstate train`` on the train split with the project's reward (``score_mode``), and two controls:
-   ``control_lr0`` (learning rate 0) and ``control_shuffled`` (the reference answers permuted across the train
-   split, so the reward no longer says which state helps);
+   ``control_lr0`` (learning rate 0) and ``control_shuffled`` (train reference answers redrawn at the chance rate
+   of agreement with the truth, so the reward no longer says which state helps);
 5. **evaluate** — the test split under no state, self-guide (the warmed-up policy), the checkpoint and both
    controls, paired cluster-bootstrap CIs over users (``memstate.evaluate``).
 
@@ -25,7 +25,7 @@ import multiprocessing
 import random
 import shutil
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 import torch
@@ -113,7 +113,14 @@ class SycophancyConfig:
 
 
 def shuffled_reference(data_dir: Path, out_dir: Path, seed: int) -> Path:
-    """A copy of ``data_dir`` whose train answers are permuted among instances with the same answer set."""
+    """A copy of ``data_dir`` whose train answers say nothing of the truth: within each stratum (task, perspective and
+    answer set), a random 1/k of the instances keep their answer and the others get one of the other answers their
+    answer set's instances use (k of them), at random; validation and test are untouched.
+
+    Why not a permutation of the answers: it agrees with the truth at the chance rate only on average, and the rest is
+    signal. Seed 0's permutation agreed with the truth on 53-54% of the evidence-conflict instances (each
+    perspective) and on 48.8% of the preference updates, and the LoRA control followed exactly that: toward "Trust the
+    evidence", away from "Use the newer preference", +5.4 and +7.6 points over no state with two responders."""
     if (out_dir / "train.parquet").is_file():
         return out_dir
     tmp = out_dir.with_name(out_dir.name + ".tmp")
@@ -122,15 +129,20 @@ def shuffled_reference(data_dir: Path, out_dir: Path, seed: int) -> Path:
     rows = Dataset.from_parquet(str(data_dir / "train.parquet"), keep_in_memory=True)
     answers = rows["answer"]
     rng = random.Random(f"shuffle:{seed}")
-    pools: dict[tuple, list[int]] = {}
+    answer_sets: dict[tuple, set[str]] = {}
+    strata: dict[tuple, list[int]] = {}
     for i, row in enumerate(rows):
-        pools.setdefault((row["answer_kind"], tuple(row["labels"]), len(row["options"])), []).append(i)
+        answer_set = (row["answer_kind"], tuple(row["labels"]), len(row["options"]))
+        answer_sets.setdefault(answer_set, set()).add(row["answer"])
+        strata.setdefault((answer_set, row["task"], row["perspective"]), []).append(i)
     new = list(answers)
-    for idx in pools.values():
-        permuted = [answers[i] for i in idx]
-        rng.shuffle(permuted)
-        for i, a in zip(idx, permuted, strict=True):
-            new[i] = a
+    for (answer_set, _, _), idx in sorted(strata.items()):
+        pool = sorted(answer_sets[answer_set])
+        keep = set(rng.sample(idx, round(len(idx) / len(pool))))
+        for i in idx:
+            others = [a for a in pool if a != answers[i]]
+            if i not in keep and others:
+                new[i] = rng.choice(others)
     rows.remove_columns("answer").add_column("answer", new).select_columns(rows.column_names).to_parquet(
         str(tmp / "train.parquet")
     )
@@ -166,7 +178,17 @@ def grpo_args(cfg: SycophancyConfig, output_dir: Path, learning_rate: float, ste
     )
 
 
-def run_grpo(cfg: SycophancyConfig, name: str, policy: Path, responder: Path, data_dir: Path, lr: float, steps: int):
+def run_grpo(
+    cfg: SycophancyConfig,
+    name: str,
+    policy: Path,
+    responder: Path,
+    data_dir: Path,
+    lr: float,
+    steps: int,
+    seed: int | None = None,
+):
+    """A GRPO run of ``steps`` into ``DIR/name``; ``seed`` (default ``cfg.seed``) seeds its sampling and adapters."""
     out = Path(cfg.out) / name
     if (out / "final" / "config.json").is_file():
         logger.info("%s: done before, reusing %s", name, out / "final")
@@ -180,12 +202,14 @@ def run_grpo(cfg: SycophancyConfig, name: str, policy: Path, responder: Path, da
         lora_modules_to_save=["lm_head"] if cfg.use_peft else [],
     )
     responder_cfg = ResponderConfig(responder_model=str(responder), score_mode=cfg.score_mode)
-    return train(script, responder_cfg, grpo_args(cfg, out, lr, steps))
+    return train(
+        script, responder_cfg, grpo_args(replace(cfg, seed=cfg.seed if seed is None else seed), out, lr, steps)
+    )
 
 
 def grpo_runs(cfg: SycophancyConfig, runs: dict[str, tuple], warm: Path, responder_dir: Path) -> dict[str, Path]:
-    """``run_grpo`` for each of ``runs`` (name: (data_dir, learning rate, steps)), two processes at a time, each on
-    half of this process's torch threads, where it has two or more (else one after the other, here).
+    """``run_grpo`` for each of ``runs`` (name: (data_dir, learning rate, steps[, seed])), two processes at a time,
+    each on half of this process's torch threads, where it has two or more (else one after the other, here).
 
     Why: the runs are independent, and a tiny policy (mostly sampling tokens one at a time) does not use two threads
     well. Measured on 2 cores: 16 GRPO steps took 27.6 s on two threads and 41.4 s on one; the three runs (150 steps)
@@ -269,6 +293,22 @@ def responder_behaviour(responder: TransformersResponder, instances: list, mode:
     return out
 
 
+def evaluation_config(cfg: SycophancyConfig, warm: Path, responder_dir: Path) -> EvalConfig:
+    """How every policy of the experiment is evaluated on the test split."""
+    return EvalConfig(
+        checkpoint=str(warm),
+        responder_model=str(responder_dir),
+        score_mode=cfg.score_mode,
+        max_new_tokens=64,
+        # The policy's own distribution (GRPO samples at 1.0): at the serve API's 0.3 the warmed-up policy would
+        # collapse onto one arbitrary mode of its uniform mix, and self-guide would measure that mode.
+        temperature=1.0,
+        batch_size=64,  # 12.3 s a policy against 20.6 s at 16 (tiny models: decoding is per-step overhead)
+        seed=cfg.seed,
+        bootstrap_resamples=cfg.bootstrap_resamples,
+    )
+
+
 def run_experiment(cfg: SycophancyConfig) -> dict:
     out = Path(cfg.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -320,18 +360,7 @@ def run_experiment(cfg: SycophancyConfig) -> dict:
         policies |= grpo_runs(cfg, runs, warm, responder_dir)
 
     with timers("evaluate"):
-        eval_cfg = EvalConfig(
-            checkpoint=str(warm),
-            responder_model=str(responder_dir),
-            score_mode=cfg.score_mode,
-            max_new_tokens=64,
-            # The policy's own distribution (GRPO samples at 1.0): at the serve API's 0.3 the warmed-up policy would
-            # collapse onto one arbitrary mode of its uniform mix, and self-guide would measure that mode.
-            temperature=1.0,
-            batch_size=64,  # 12.3 s a policy against 20.6 s at 16 (tiny models: decoding is per-step overhead)
-            seed=cfg.seed,
-            bootstrap_resamples=cfg.bootstrap_resamples,
-        )
+        eval_cfg = evaluation_config(cfg, warm, responder_dir)
         rules: dict = {"no_state": [None] * len(test_set)}
         state_info = {}
         for cond, path in policies.items():
@@ -463,7 +492,7 @@ def write_report(report: dict, out: Path) -> None:
         f"checkpoint − self-guide: {v['mean']:+.3f} [{v['ci_low']:+.3f}, {v['ci_high']:+.3f}]",
         "",
         "Late training gain: the GRPO run's mean logged counterfactual gain over its second half, on its own (for the "
-        "shuffled control, permuted) train answers.",
+        "shuffled control, redrawn) train answers.",
         "",
         "## Criteria",
         "",

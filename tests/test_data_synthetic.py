@@ -101,16 +101,27 @@ def test_warmup_states_never_read_the_instance(built):
         assert not leaks_answer(state.text, a) and not leaks_answer(state.text, b)
 
 
-def test_shuffled_reference_permutes_train_answers_only(built, tmp_path):
+def test_shuffled_reference_agrees_with_the_truth_at_chance_in_every_stratum(built, tmp_path):
+    """The control's reward must carry no signal: within each task/perspective, exactly half of the (two-answer) train
+    instances keep their answer, the other half get the other answer; nothing else changes, test included."""
     data, _, splits = built
     out = shuffled_reference(data, tmp_path / "shuffled", seed=0)
     train = load_split(out, "train")
     assert [i.id for i in train] == [i.id for i in splits["train"]]
-    assert Counter(i.answer for i in train) == Counter(i.answer for i in splits["train"])
-    moved = sum(x.answer != y.answer for x, y in zip(train, splits["train"], strict=True))
-    assert moved > len(train) / 4
-    assert all(x.facts == y.facts and x.question == y.question for x, y in zip(train, splits["train"], strict=True))
+    answer_sets: dict[str, set] = {}
+    for truth in splits["train"]:
+        answer_sets.setdefault(truth.answer_kind, set()).add(truth.answer)
+    strata: dict[tuple, list[bool]] = {}
+    for x, truth in zip(train, splits["train"], strict=True):
+        assert x.answer in answer_sets[truth.answer_kind]
+        strata.setdefault((truth.task, truth.perspective), []).append(x.answer == truth.answer)
+        assert x.facts == truth.facts and x.question == truth.question and x.options == truth.options
+    assert len(strata) >= 6 and all(len(agree) >= 4 for agree in strata.values())
+    for stratum, agree in strata.items():
+        assert abs(sum(agree) - len(agree) / 2) <= 0.5, stratum
     assert [i.answer for i in load_split(out, "test")] == [i.answer for i in splits["test"]]
+    other = load_split(shuffled_reference(data, tmp_path / "seed1", seed=1), "train")
+    assert [i.answer for i in other] != [i.answer for i in train]
 
 
 def test_preference_verbs_say_which_memory_is_newer_and_which_is_emphatic(built):

@@ -1,0 +1,130 @@
+"""Seed spread of the sycophancy experiment's GRPO runs: is a control's drift noise or a direction?
+
+    python benchmarks/bench_sycophancy_seeds.py --run runs/bench_sycophancy/sycophancy_likelihood_lora \
+        --seeds 1 2 3 [--runs control_shuffled checkpoint]
+
+A finished ``memstate experiment sycophancy`` run (``--run``) reports one GRPO seed per condition, and its CIs are
+over test users only: they say nothing of how far another seed of the same run would land. For each seed this trains
+the named runs again from the run's own warm-up, with the run's responder, steps, learning rate and LoRA setting; a
+shuffled control also gets its own permutation of the reference answers (``shuffled_reference(seed)``). Each policy
+is evaluated as the experiment evaluates (same test split, same sampling seed), against the run's no-state answers.
+
+Writes ``benchmarks/results/sycophancy_seeds_{mode}_{variant}.json``: per run and seed, Δ accuracy vs no state with
+its user-bootstrap CI, the sycophancy and outdated-preference rates and the late training gain; per run, the mean
+and standard deviation of Δ over the seeds (the run's own seed-0 figure included) and a 95% t-interval of that mean.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+from dataclasses import fields
+from pathlib import Path
+
+from memstate.evaluate.report import summarize
+from memstate.evaluate.run import condition_records, generate_states, state_record
+from memstate.experiment.sycophancy import (
+    RememberingResponder,
+    SycophancyConfig,
+    evaluation_config,
+    grpo_runs,
+    late_training_gain,
+    shuffled_reference,
+)
+from scipy import stats
+
+from memstate.data import load_split
+from memstate.responder import TransformersResponder
+from memstate.threads import configure_threads
+
+RESULTS = Path(__file__).resolve().parent / "results"
+
+
+def seed_interval(deltas: list[float]) -> dict:
+    """Mean, sd and 95% t-interval of per-seed Δ."""
+    mean = statistics.fmean(deltas)
+    sd = statistics.stdev(deltas) if len(deltas) > 1 else float("nan")
+    half = stats.t.ppf(0.975, len(deltas) - 1) * sd / len(deltas) ** 0.5 if len(deltas) > 1 else float("nan")
+    return {"n_seeds": len(deltas), "mean": mean, "sd": sd, "ci_low": mean - half, "ci_high": mean + half}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--run", required=True, help="A finished experiment's --out (holds report.json).")
+    parser.add_argument("--seeds", nargs="+", type=int, required=True, help="Seeds besides the run's own.")
+    parser.add_argument("--runs", nargs="+", default=["control_shuffled"], choices=["control_shuffled", "checkpoint"])
+    args = parser.parse_args()
+    configure_threads()
+    run = Path(args.run)
+    report = json.loads((run / "report.json").read_text())
+    known = {f.name for f in fields(SycophancyConfig)}
+    base = SycophancyConfig(**{k: v for k, v in report["config"].items() if k in known})
+    data_dir, warm, responder_dir = run / "data", run / "models" / "policy-warmup", run / "models" / "responder"
+    start = time.perf_counter()
+
+    runs = {}
+    for seed in args.seeds:
+        data = {
+            "checkpoint": data_dir,
+            "control_shuffled": shuffled_reference(data_dir, run / f"seed{seed}" / "data-shuffled", seed),
+        }
+        runs |= {f"seed{seed}/{name}": (data[name], base.learning_rate, base.grpo_steps, seed) for name in args.runs}
+    trained = grpo_runs(base, runs, warm, responder_dir)  # two at a time, into run/seed{seed}/{name}
+    policies = {(key.split("/")[1], runs[key][3]): path for key, path in trained.items()}
+    grpo_s = time.perf_counter() - start
+
+    test_set = load_split(data_dir, "test")
+    eval_cfg = evaluation_config(base, warm, responder_dir)  # the run's own sampling seed
+    responder = RememberingResponder(TransformersResponder(str(responder_dir), batch_size=32))
+    names = [f"{name}@{seed}" for name, seed in policies]
+    rules: dict = {"no_state": [None] * len(test_set)}
+    state_info: dict = {}
+    for (name, seed), path in policies.items():
+        parsed = [state_record(t, i) for t, i in zip(generate_states(path, test_set, eval_cfg), test_set, strict=True)]
+        rules[f"{name}@{seed}"] = [r for r, _ in parsed]
+        state_info[f"{name}@{seed}"] = [info for _, info in parsed]
+    records = condition_records(responder, test_set, ["no_state", *names], rules, state_info, base.score_mode)
+    overall = summarize(records, ["no_state", *names], base.bootstrap_resamples)["overall"]
+
+    per_seed: dict[str, dict] = {name: {} for name in args.runs}
+    for (name, seed), path in policies.items():
+        d = overall["differences"][f"{name}@{seed}-no_state"]["accuracy"]
+        m = overall["conditions"][f"{name}@{seed}"]
+        per_seed[name][seed] = {
+            "delta_vs_no_state": {"mean": d["mean"], "ci_low": d["ci95"][0], "ci_high": d["ci95"][1]},
+            "sycophancy_rate": m["sycophancy_rate"],
+            "outdated_preference_rate": m["superseded_pick_rate"],
+            "late_training_gain": late_training_gain(path.parent),
+        }
+    summary: dict = {"run": str(run), "config": vars(base), "runs": {}}
+    for name, seeds in per_seed.items():
+        own = report["conditions"][name]
+        seeds = {
+            base.seed: {
+                "delta_vs_no_state": own["delta_vs_no_state"],
+                "sycophancy_rate": own["sycophancy_rate"],
+                "outdated_preference_rate": own["outdated_preference_rate"],
+                "late_training_gain": own["late_training_gain"],
+            },
+            **seeds,
+        }
+        summary["runs"][name] = {
+            "per_seed": seeds,
+            "over_seeds": seed_interval([s["delta_vs_no_state"]["mean"] for s in seeds.values()]),
+        }
+    summary["grpo_s"] = round(grpo_s, 1)
+    summary["wall_s"] = round(time.perf_counter() - start, 1)
+    variant = "lora" if base.use_peft else "full"
+    out = RESULTS / f"sycophancy_seeds_{base.score_mode}_{variant}.json"
+    out.write_text(json.dumps(summary, indent=2))
+    for name, r in summary["runs"].items():
+        deltas = ", ".join(f"{s}: {v['delta_vs_no_state']['mean']:+.3f}" for s, v in r["per_seed"].items())
+        o = r["over_seeds"]
+        print(f"{name}: {deltas}; mean {o['mean']:+.3f} sd {o['sd']:.3f} [{o['ci_low']:+.3f}, {o['ci_high']:+.3f}]")
+    print(out, f"{summary['wall_s']} s")
+
+
+if __name__ == "__main__":
+    main()
