@@ -31,6 +31,7 @@ from memstate.experiment.sycophancy import (
     evaluation_config,
     grpo_runs,
     late_training_gain,
+    report_interval,
     shuffled_reference,
 )
 from scipy import stats
@@ -40,6 +41,7 @@ from memstate.responder import TransformersResponder
 from memstate.threads import configure_threads
 
 RESULTS = Path(__file__).resolve().parent / "results"
+FIGURES = ("delta_vs_no_state", "sycophancy_rate", "outdated_preference_rate", "late_training_gain")
 
 
 def seed_interval(deltas: list[float]) -> dict:
@@ -64,52 +66,44 @@ def main() -> None:
     data_dir, warm, responder_dir = run / "data", run / "models" / "policy-warmup", run / "models" / "responder"
     start = time.perf_counter()
 
-    runs = {}
+    runs, runs_of = {}, {}  # label "seed{seed}/{name}" (its output dir under --run): run args; (name, seed)
     for seed in args.seeds:
         data = {
             "checkpoint": data_dir,
             "control_shuffled": shuffled_reference(data_dir, run / f"seed{seed}" / "data-shuffled", seed),
         }
-        runs |= {f"seed{seed}/{name}": (data[name], base.learning_rate, base.grpo_steps, seed) for name in args.runs}
-    trained = grpo_runs(base, runs, warm, responder_dir)  # two at a time, into run/seed{seed}/{name}
-    policies = {(key.split("/")[1], runs[key][3]): path for key, path in trained.items()}
+        for name in args.runs:
+            runs[f"seed{seed}/{name}"] = (data[name], base.learning_rate, base.grpo_steps, seed)
+            runs_of[f"seed{seed}/{name}"] = (name, seed)
+    policies = grpo_runs(base, runs, warm, responder_dir)  # two at a time
     grpo_s = time.perf_counter() - start
 
     test_set = load_split(data_dir, "test")
     eval_cfg = evaluation_config(base, warm, responder_dir)  # the run's own sampling seed
     responder = RememberingResponder(TransformersResponder(str(responder_dir), batch_size=32))
-    names = [f"{name}@{seed}" for name, seed in policies]
     rules: dict = {"no_state": [None] * len(test_set)}
     state_info: dict = {}
-    for (name, seed), path in policies.items():
+    for label, path in policies.items():
         parsed = [state_record(t, i) for t, i in zip(generate_states(path, test_set, eval_cfg), test_set, strict=True)]
-        rules[f"{name}@{seed}"] = [r for r, _ in parsed]
-        state_info[f"{name}@{seed}"] = [info for _, info in parsed]
-    records = condition_records(responder, test_set, ["no_state", *names], rules, state_info, base.score_mode)
-    overall = summarize(records, ["no_state", *names], base.bootstrap_resamples)["overall"]
+        rules[label] = [r for r, _ in parsed]
+        state_info[label] = [info for _, info in parsed]
+    conditions = ["no_state", *policies]
+    records = condition_records(responder, test_set, conditions, rules, state_info, base.score_mode)
+    overall = summarize(records, conditions, base.bootstrap_resamples)["overall"]
 
-    per_seed: dict[str, dict] = {name: {} for name in args.runs}
-    for (name, seed), path in policies.items():
-        d = overall["differences"][f"{name}@{seed}-no_state"]["accuracy"]
-        m = overall["conditions"][f"{name}@{seed}"]
+    # Per run, per seed: the run's own seed from its report, then the seeds trained here.
+    per_seed = {name: {base.seed: {k: report["conditions"][name][k] for k in FIGURES}} for name in args.runs}
+    for label, path in policies.items():
+        name, seed = runs_of[label]
+        m = overall["conditions"][label]
         per_seed[name][seed] = {
-            "delta_vs_no_state": {"mean": d["mean"], "ci_low": d["ci95"][0], "ci_high": d["ci95"][1]},
+            "delta_vs_no_state": report_interval(overall["differences"][f"{label}-no_state"]["accuracy"]),
             "sycophancy_rate": m["sycophancy_rate"],
             "outdated_preference_rate": m["superseded_pick_rate"],
             "late_training_gain": late_training_gain(path.parent),
         }
     summary: dict = {"run": str(run), "config": vars(base), "runs": {}}
     for name, seeds in per_seed.items():
-        own = report["conditions"][name]
-        seeds = {
-            base.seed: {
-                "delta_vs_no_state": own["delta_vs_no_state"],
-                "sycophancy_rate": own["sycophancy_rate"],
-                "outdated_preference_rate": own["outdated_preference_rate"],
-                "late_training_gain": own["late_training_gain"],
-            },
-            **seeds,
-        }
         summary["runs"][name] = {
             "per_seed": seeds,
             "over_seeds": seed_interval([s["delta_vs_no_state"]["mean"] for s in seeds.values()]),

@@ -395,7 +395,7 @@ def late_training_gain(run_dir: Path) -> float | None:
     return sum(late) / len(late) if late else None
 
 
-def _ci(difference: dict) -> dict:
+def report_interval(difference: dict) -> dict:
     """An ``Interval.as_dict`` as the report states it: ``{mean, ci_low, ci_high}``."""
     return {"mean": difference["mean"], "ci_low": difference["ci95"][0], "ci_high": difference["ci95"][1]}
 
@@ -408,7 +408,9 @@ def experiment_report(cfg, records, behaviour, policies, data_dir, responder_dir
     conditions = {
         cond: {
             "accuracy": overall[cond]["accuracy"],
-            "delta_vs_no_state": None if cond == "no_state" else _ci(differences[f"{cond}-no_state"]["accuracy"]),
+            "delta_vs_no_state": None
+            if cond == "no_state"
+            else report_interval(differences[f"{cond}-no_state"]["accuracy"]),
             "sycophancy_rate": overall[cond]["sycophancy_rate"],
             "outdated_preference_rate": overall[cond]["superseded_pick_rate"],
             "format_rate": overall[cond].get("format_rate"),
@@ -416,7 +418,7 @@ def experiment_report(cfg, records, behaviour, policies, data_dir, responder_dir
         }
         for cond in CONDITIONS
     }
-    vs_self = _ci(differences["checkpoint-self_guide"]["accuracy"])
+    vs_self = report_interval(differences["checkpoint-self_guide"]["accuracy"])
     delta = {c: conditions[c]["delta_vs_no_state"] for c in CONDITIONS[1:]}
     criteria = {
         "checkpoint_vs_no_state_ge_10pt_ci_excludes_0": delta["checkpoint"]["mean"] >= 0.10
