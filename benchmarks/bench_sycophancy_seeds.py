@@ -84,7 +84,8 @@ def main() -> None:
     rules: dict = {"no_state": [None] * len(test_set)}
     state_info: dict = {}
     for label, path in policies.items():
-        parsed = [state_record(t, i) for t, i in zip(generate_states(path, test_set, eval_cfg), test_set, strict=True)]
+        states, _ = generate_states(path, test_set, eval_cfg)
+        parsed = [state_record(t, i) for t, i in zip(states, test_set, strict=True)]
         rules[label] = [r for r, _ in parsed]
         state_info[label] = [info for _, info in parsed]
     conditions = ["no_state", *policies]

@@ -35,12 +35,19 @@ from memstate.reward.score import parse_choice
 from tqdm import tqdm
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
+from memstate.checkpoint import CheckpointMetadata
 from memstate.data import load_split, manifest_sha256
 from memstate.errors import ConfigError, InputNotFound
 from memstate.leak import leaks_answer
 from memstate.parsing import StageParser
-from memstate.prompts import PROMPT_VERSION, SELF_RECHECK_RULES, policy_messages, responder_messages
-from memstate.responder_config import ResponderConfig, make_responder
+from memstate.prompts import (
+    DEFAULT_MAX_PROMPT_TOKENS,
+    PROMPT_VERSION,
+    SELF_RECHECK_RULES,
+    fit_prompt,
+    responder_messages,
+)
+from memstate.responder_config import DTYPES, SCORE_MODES, ResponderConfig, make_responder
 from memstate.rules import FormatError, parse_state
 from memstate.schema import Instance, option_letters
 
@@ -81,6 +88,30 @@ class EvalConfig(ResponderConfig):
         default="MEMSTATE_API_KEY", metadata={"help": "Environment variable with the bearer token of --states-url."}
     )
     bootstrap_resamples: int = field(default=2000, metadata={"help": "Resamples of the paired bootstrap CIs."})
+    score_mode: str | None = field(  # ResponderConfig's, defaulting to the checkpoint's instead of likelihood
+        default=None,
+        metadata={"help": "likelihood or exact; default: the mode the checkpoint was trained with (else likelihood).",
+                  "choices": list(SCORE_MODES)},
+    )  # fmt: skip
+    max_prompt_tokens: int | None = field(
+        default=None,
+        metadata={"help": "Policy prompt budget (facts dropped from the end to fit, as in training); default: the "
+                  "checkpoint's max_prompt_tokens (else 8192)."},
+    )  # fmt: skip
+    device: str = field(
+        default="cpu", metadata={"help": "Device of the in-process models (policies, and the responder without a URL)."}
+    )
+    dtype: str = field(
+        default="float32",
+        metadata={"help": "Precision of the in-process models; bfloat16 on GPUs matches training's numerics.",
+                  "choices": list(DTYPES)},
+    )  # fmt: skip
+
+    def __post_init__(self) -> None:
+        if self.score_mode is not None:  # None: resolved from the checkpoint by evaluate_checkpoint
+            super().__post_init__()
+        if self.max_prompt_tokens is not None and self.max_prompt_tokens < 1:
+            raise ConfigError(f"max_prompt_tokens must be at least 1, got {self.max_prompt_tokens}")
 
 
 def resolve_checkpoint(path: str | Path) -> Path:
@@ -95,12 +126,15 @@ def resolve_checkpoint(path: str | Path) -> Path:
 
 
 @torch.no_grad()
-def generate_states(checkpoint: Path, instances: list[Instance], config: EvalConfig) -> list[str]:
-    """Policy outputs, one per instance (batched, left-padded, seeded)."""
+def generate_states(checkpoint: Path, instances: list[Instance], config: EvalConfig) -> tuple[list[str], int]:
+    """Policy outputs, one per instance (batched, left-padded, seeded), from the prompts training used: cut to
+    ``config.max_prompt_tokens`` by the same function (``memstate.prompts.fit_prompt``). Returns the outputs and
+    how many prompts had facts dropped."""
     tokenizer = AutoTokenizer.from_pretrained(checkpoint)
     tokenizer.padding_side = "left"
-    model = AutoModelForCausalLM.from_pretrained(checkpoint).eval()
-    texts = []
+    model = AutoModelForCausalLM.from_pretrained(checkpoint, dtype=getattr(torch, config.dtype)).to(config.device)
+    model.eval()
+    texts, truncated = [], 0
     torch.manual_seed(config.seed)
     sampling = (
         {"do_sample": True, "temperature": config.temperature, "top_k": 0}
@@ -108,16 +142,17 @@ def generate_states(checkpoint: Path, instances: list[Instance], config: EvalCon
         else {"do_sample": False}
     )
     for start in tqdm(range(0, len(instances), config.batch_size), desc="policy states", unit="batch"):
-        chunk = instances[start : start + config.batch_size]
-        prompts = [
-            tokenizer.apply_chat_template(policy_messages(i), add_generation_prompt=True, tokenize=False) for i in chunk
-        ]
-        enc = tokenizer(prompts, return_tensors="pt", padding=True, add_special_tokens=False)
+        prompts = []
+        for inst in instances[start : start + config.batch_size]:
+            messages, dropped = fit_prompt(tokenizer, inst, config.max_prompt_tokens)
+            truncated += dropped > 0
+            prompts.append(tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False))
+        enc = tokenizer(prompts, return_tensors="pt", padding=True, add_special_tokens=False).to(config.device)
         out = model.generate(
             **enc, max_new_tokens=config.max_new_tokens, pad_token_id=tokenizer.pad_token_id, **sampling
         )
         texts += tokenizer.batch_decode(out[:, enc["input_ids"].shape[1] :], skip_special_tokens=True)
-    return texts
+    return texts, truncated
 
 
 def api_states(url: str, api_key: str | None, instances: list[Instance]) -> list[str]:
@@ -221,21 +256,26 @@ def condition_records(
 def evaluate_checkpoint(config: EvalConfig) -> Path:
     """Run the evaluation, write ``report.json``, ``report.md`` and ``report.png``; return the report dir."""
     checkpoint = resolve_checkpoint(config.checkpoint)
-    meta_path = checkpoint / "memstate.json"
-    meta = json.loads(meta_path.read_text()) if meta_path.is_file() else {}
-    if meta.get("prompt_version", PROMPT_VERSION) != PROMPT_VERSION:
+    trained = CheckpointMetadata.read(checkpoint)
+    if trained and trained.prompt_version != PROMPT_VERSION:
         logger.warning(
-            "checkpoint was trained with prompts %s, evaluating with %s", meta["prompt_version"], PROMPT_VERSION
+            "checkpoint was trained with prompts %s, evaluating with %s", trained.prompt_version, PROMPT_VERSION
         )
-    data_dir = config.data_dir or meta.get("data_dir")
-    responder_model = config.responder_model or meta.get("responder_model")
+    data_dir = config.data_dir or (trained and trained.data_dir)
+    responder_model = config.responder_model or (trained and trained.responder_model)
     if not data_dir or not responder_model:
         raise ConfigError(
             f"{checkpoint}: no memstate.json naming data and responder; pass --data_dir and --responder_model"
         )
-    if config.max_new_tokens is None:
-        config.max_new_tokens = meta.get("grpo_config", {}).get("max_completion_length", 128)
-    base_policy = config.base_policy or meta.get("policy_model")
+    # Unless told otherwise, evaluate as the checkpoint was trained: its score mode, its prompt and state budgets.
+    config = replace(
+        config,
+        score_mode=config.score_mode or (trained.score_mode if trained else "likelihood"),
+        max_prompt_tokens=config.max_prompt_tokens
+        or (trained.max_prompt_tokens if trained else DEFAULT_MAX_PROMPT_TOKENS),
+        max_new_tokens=config.max_new_tokens or (trained.max_completion_length if trained else 128),
+    )
+    base_policy = config.base_policy or (trained and trained.policy_model)
     if config.self_guide and not base_policy:
         raise ConfigError(
             f"{checkpoint}: no memstate.json naming the base policy; pass --base_policy or --no_self_guide"
@@ -249,13 +289,13 @@ def evaluate_checkpoint(config: EvalConfig) -> Path:
     logger.info("evaluating %s on %d %s instances: %s", checkpoint, len(instances), config.split, conditions)
 
     states_api_key = os.environ.get(config.states_api_key_env) if config.states_api_key_env else None
-    texts = {
-        "checkpoint": api_states(config.states_url, states_api_key, instances)
-        if config.states_url
-        else generate_states(checkpoint, instances, config)
-    }
+    texts, truncated = {}, {}
+    if config.states_url:  # the API cuts prompts itself (to the checkpoint's budget when given the checkpoint)
+        texts["checkpoint"], truncated["checkpoint"] = api_states(config.states_url, states_api_key, instances), None
+    else:
+        texts["checkpoint"], truncated["checkpoint"] = generate_states(checkpoint, instances, config)
     if config.self_guide:
-        texts["self_guide"] = generate_states(Path(base_policy), instances, config)
+        texts["self_guide"], truncated["self_guide"] = generate_states(Path(base_policy), instances, config)
     rules = {"no_state": [None] * len(instances), "self_recheck": [SELF_RECHECK_RULES] * len(instances)}
     state_info: dict[str, list[dict]] = {}
     for cond, outputs in texts.items():
@@ -263,14 +303,14 @@ def evaluate_checkpoint(config: EvalConfig) -> Path:
         rules[cond] = [r for r, _ in parsed]
         state_info[cond] = [info for _, info in parsed]
 
-    responder = make_responder(replace(config, responder_model=responder_model))
+    responder = make_responder(replace(config, responder_model=responder_model), config.device, config.dtype)
     records = condition_records(responder, instances, conditions, rules, state_info, config.score_mode)
     report = {
         "checkpoint": str(checkpoint),
         "split": config.split,
         "conditions": conditions,
         "prompt_version": PROMPT_VERSION,
-        "checkpoint_prompt_version": meta.get("prompt_version"),
+        "checkpoint_prompt_version": trained.prompt_version if trained else None,
         "data_dir": str(data_dir),
         "data_manifest_sha256": manifest_sha256(data_dir),
         "responder_model": str(responder_model),
@@ -282,6 +322,8 @@ def evaluate_checkpoint(config: EvalConfig) -> Path:
             "temperature": config.temperature,
             "seed": config.seed,
             "max_new_tokens": config.max_new_tokens,
+            "max_prompt_tokens": config.max_prompt_tokens,
+            "prompts_truncated": truncated,
         },
         "bootstrap_resamples": config.bootstrap_resamples,
         "config": asdict(config),

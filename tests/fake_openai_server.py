@@ -12,8 +12,18 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 
 class FaultyOpenAIServer:
-    def __init__(self, *, fail: float = 0.0, stall: float = 0.0, garbage: float = 0.0, stall_s: float = 1.0, seed=0):
+    def __init__(
+        self,
+        *,
+        fail: float = 0.0,
+        stall: float = 0.0,
+        garbage: float = 0.0,
+        stall_s: float = 1.0,
+        seed=0,
+        api_key: str | None = None,
+    ):
         self.fail, self.stall, self.garbage, self.stall_s = fail, stall, garbage, stall_s
+        self.api_key = api_key  # as `vllm serve --api-key`: any other bearer token gets 401
         self.counts = {"requests": 0, "failed": 0, "stalled": 0, "garbage": 0, "ok": 0}
         self._rng = random.Random(seed)
         self._lock = threading.Lock()
@@ -59,6 +69,12 @@ class FaultyOpenAIServer:
             return outcome
 
     def _serve(self, handler: BaseHTTPRequestHandler, body: dict | None) -> None:
+        if (
+            self.api_key
+            and handler.path != "/health"
+            and handler.headers.get("Authorization") != f"Bearer {self.api_key}"
+        ):
+            return self._send(handler, 401, b'{"error": "Unauthorized"}')
         outcome = self._outcome()
         try:
             if outcome == "stalled":

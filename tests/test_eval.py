@@ -253,3 +253,49 @@ def test_compare_renders_a_table_and_a_png(tmp_path):
         assert png.size[0] > 400
     with pytest.raises(FileNotFoundError, match="no report.json"):
         compare_runs([str(tmp_path / "a"), str(tmp_path / "missing")], tmp_path / "cmp2")
+
+
+def test_eval_cuts_policy_prompts_to_the_checkpoints_budget_exactly_as_training_does(
+    tiny_models, fever_data, tmp_path, monkeypatch
+):
+    import shutil
+
+    from memstate.evaluate.run import EvalConfig, evaluate_checkpoint
+    from memstate.train.data import grpo_dataset
+    from transformers import AutoTokenizer, GenerationMixin
+
+    from memstate.checkpoint import CheckpointMetadata
+    from memstate.data import load_split
+    from memstate.prompts import prompt_tokens
+
+    tokenizer = AutoTokenizer.from_pretrained(tiny_models["policy"])
+    instance = max(load_split(fever_data, "test"), key=lambda i: prompt_tokens(tokenizer, i))
+    assert len(instance.facts) > 2
+    budget = prompt_tokens(tokenizer, instance, instance.facts[:2]) + 5  # room for two facts, not for all
+    # A checkpoint trained with that budget (and the exact score mode); eval is told neither.
+    ckpt = tmp_path / "ckpt"
+    shutil.copytree(tiny_models["policy"], ckpt)
+    CheckpointMetadata(
+        "ms-prompts-v2", str(tiny_models["policy"]), str(tiny_models["responder"]), "exact", budget, 8, str(fever_data)
+    ).write(ckpt)
+    dataset, truncated = grpo_dataset([instance], tokenizer, budget)
+    assert truncated == 1
+    trained_ids = tokenizer.apply_chat_template(dataset[0]["prompt"], add_generation_prompt=True, return_dict=False)
+    assert len(trained_ids) <= budget < prompt_tokens(tokenizer, instance)
+
+    seen: list[list[int]] = []
+    generate = GenerationMixin.generate
+
+    def recording_generate(self, *args, **kwargs):  # what the policy is really fed (the responder generates too)
+        if self.name_or_path == str(ckpt):
+            seen.extend(kwargs["input_ids"].tolist())
+        return generate(self, *args, **kwargs)
+
+    monkeypatch.setattr(GenerationMixin, "generate", recording_generate)
+    monkeypatch.setattr("memstate.evaluate.run.load_split", lambda *_: [instance])
+    config = EvalConfig(checkpoint=str(ckpt), self_guide=False, out_dir=str(tmp_path / "eval"), bootstrap_resamples=10)
+    report = json.loads((evaluate_checkpoint(config) / "report.json").read_text())
+    assert seen == [trained_ids]
+    assert report["policy_sampling"]["max_prompt_tokens"] == budget
+    assert report["policy_sampling"]["prompts_truncated"] == {"checkpoint": 1}
+    assert report["score_mode"] == "exact" and report["policy_sampling"]["max_new_tokens"] == 8

@@ -1,5 +1,6 @@
 """The HTTP responder against a real local server that fails, stalls and garbles requests."""
 
+import json
 import math
 
 import pytest
@@ -116,3 +117,18 @@ def test_the_http_responder_does_not_import_torch():
 
     code = "import sys, memstate.http_responder; assert 'torch' not in sys.modules, 'torch imported'"
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_precompute_baselines_sends_the_api_key_a_server_requires(fever_data, tmp_path, monkeypatch, capsys):
+    from memstate.cli import main
+
+    monkeypatch.setenv("MEMSTATE_TEST_RESPONDER_KEY", "s3cret")
+    with FaultyOpenAIServer(api_key="s3cret") as server:
+        argv = ["reward", "precompute-baselines", "--data", str(fever_data), "--split", "test", "--responder-model",
+                "fake-responder", "--responder-url", server.url, "--responder-max-retries", "0"]  # fmt: skip
+        assert main([*argv, "--cache", str(tmp_path / "no-key.sqlite")]) != 0  # refused: 401, named
+        assert "401" in capsys.readouterr().err
+        key = ["--responder-api-key-env", "MEMSTATE_TEST_RESPONDER_KEY", "--cache", str(tmp_path / "key.sqlite")]
+        assert main([*argv, *key]) == 0
+        counts = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+        assert counts["scored"] == counts["instances"] > 0 and server.counts["ok"] > 0

@@ -252,6 +252,22 @@ def test_facts_are_truncated_to_the_prompt_budget_like_in_training(tiny_models):
     assert sent == expected and inst.question in sent[1]["content"] and "F39 SUPERSEDES" not in sent[1]["content"]
 
 
+def test_the_prompt_budget_defaults_to_the_checkpoints(tiny_models, tmp_path):
+    import shutil
+
+    from memstate.checkpoint import CheckpointMetadata
+
+    facts = tuple(Fact(f"F{i}", f"Memory number {i} says something about flats.", "fact") for i in range(1, 40))
+    inst = replace(INSTANCE, facts=facts, relations=())
+    ckpt = tmp_path / "ckpt"
+    shutil.copytree(tiny_models["policy"], ckpt)
+    with client(ScriptedPolicy(), tokenizer=str(ckpt)) as api:  # a base model: the default budget, nothing cut
+        assert post(api, payload(inst)).json()["facts_truncated"] == 0
+    CheckpointMetadata("v", "base", "responder", "likelihood", 400, 64, "data").write(ckpt)
+    with client(ScriptedPolicy(), tokenizer=str(ckpt)) as api:  # trained with 400 prompt tokens: cut to 400
+        assert post(api, payload(inst)).json()["facts_truncated"] > 0
+
+
 def test_openapi_schema_documents_the_endpoint_and_its_errors():
     with client(ScriptedPolicy()) as api:
         schema = api.get("/openapi.json").json()

@@ -25,6 +25,11 @@ def test_dry_run_of_the_production_config_prints_its_arithmetic(tiny_models, fev
     assert report["total_rollouts"] == str(4096 * rounds)
     assert report["max_prompt_tokens"] == "8192" and report["max_completion_length"] == "512"
     assert int(report["prompt_tokens_max"]) >= int(report["prompt_tokens_p50"]) > 100
+    # The colocated rollout engine: its context is the prompt + completion budget, and its memory settings.
+    assert report["vllm"] == "colocate" and report["vllm_max_model_length"] == str(8192 + 512)
+    assert report["vllm_gpu_memory_utilization"] == "0.3" and report["vllm_enable_sleep_mode"] == "True"
+    # KV cache of the tiny stand-in: 2 layers x 1 KV head x head_dim 64 x (K, V) x 2 bytes = 0.5 KiB a token
+    assert report["kv_cache_kib_per_token"] == "0.5" and float(report["kv_cache_mib_per_sequence_at_context"]) == 4.2
 
 
 def test_dry_run_rejects_arithmetic_that_does_not_divide(tiny_models, fever_data, capsys):
@@ -38,3 +43,24 @@ def test_dry_run_needs_the_data(tiny_models, tmp_path, capsys):
     assert main(["train", "--config", str(QWEN), "--dry-run", "--policy_model", str(tiny_models["policy"]),
                  "--data_dir", str(tmp_path)]) == 2  # fmt: skip
     assert "train.parquet" in capsys.readouterr().err
+
+
+def test_colocated_vllm_without_a_context_length_is_refused(tiny_models, fever_data, capsys):
+    # Unset, TRL hands vLLM the model's own maximum (262k tokens for Qwen3-4B-Instruct-2507): its KV cache would not
+    # fit in vllm_gpu_memory_utilization of a GPU beside the trainer.
+    argv = ["train", "--config", str(QWEN), "--dry-run", "--policy_model", str(tiny_models["policy"]),
+            "--data_dir", str(fever_data), "--vllm_max_model_length", "null"]  # fmt: skip
+    assert main(argv) == 2
+    assert "set it to max_prompt_tokens + max_completion_length = 8704" in capsys.readouterr().err
+    assert main([*argv[:-1], "8000"]) == 2
+    assert "is below max_prompt_tokens 8192 + max_completion_length 512 = 8704" in capsys.readouterr().err
+
+
+def test_sleep_mode_is_refused_on_cpu_before_anything_loads(tiny_models, tmp_path, capsys):
+    argv = ["train", "--config", str(ROOT / "configs/train/tiny_cpu.yaml"),
+            "--policy_model", str(tiny_models["policy"]), "--responder_model", str(tiny_models["responder"]),
+            "--data_dir", str(tmp_path / "no-data"), "--use_vllm", "true", "--vllm_mode", "colocate",
+            "--max_prompt_tokens", "2000", "--vllm_max_model_length", "4096",
+            "--vllm_enable_sleep_mode", "true"]  # fmt: skip
+    assert main(argv) == 2
+    assert "no sleep mode on CPU" in capsys.readouterr().err

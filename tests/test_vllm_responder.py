@@ -13,6 +13,8 @@ letters of one prompt differ from each other by ~0.1–0.5 nats. Renormalized op
 
 from __future__ import annotations
 
+import json
+
 import pytest
 import torch
 from memstate.data_build.build import build_data, load_data_config
@@ -47,13 +49,18 @@ def local(responder_dir):
 
 
 @pytest.fixture(scope="module")
-def instances(tmp_path_factory):
-    """Closed-set instances of all three sources: FEVER/SciFact labels (3 options), PersonaMem choices (more)."""
+def tiny_data(tmp_path_factory):
     out = tmp_path_factory.mktemp("tiny-data")
     config = load_data_config(ROOT / "configs" / "data" / "tiny.yaml")
     config.progress = False
     build_data(config, out)
-    pool = load_split(out, "test") + load_split(out, "train")
+    return out
+
+
+@pytest.fixture(scope="module")
+def instances(tiny_data):
+    """Closed-set instances of all three sources: FEVER/SciFact labels (3 options), PersonaMem choices (more)."""
+    pool = load_split(tiny_data, "test") + load_split(tiny_data, "train")
     picked = []
     for source, k in (("fever", 6), ("scifact", 4), ("personamem", 6)):
         picked += [i for i in pool if i.source == source][:k]
@@ -215,3 +222,39 @@ def test_openai_responder_matches_the_transformers_responder(instances, local, s
         assert stats.retries == stats.gave_up == stats.unscorable_prompts == stats.bad_replies == 0, stats
     finally:
         remote.close()
+
+
+@pytest.mark.parametrize("score_mode", ["exact", "likelihood"])
+def test_eval_against_the_served_responder_agrees_with_the_in_process_one(
+    score_mode, responder_dir, tiny_data, server, tmp_path
+):
+    """`memstate eval --responder-url` (the deployed topology) against the same weights loaded in-process: the same
+    states (policy in-process, same seed) answered by both; exact mode must give the same answers, likelihood mode
+    the same letters with every score within TOL."""
+    from memstate.cli import main
+
+    policy = responder_dir.parent / "policy"
+    common = ["eval", "--checkpoint", str(policy), "--data", str(tiny_data), "--split", "test",
+              "--base-policy", str(policy), "--self-recheck", "--score-mode", score_mode, "--max-new-tokens", "24",
+              "--temperature", "1.0", "--bootstrap-resamples", "50"]  # fmt: skip
+    in_process, served = tmp_path / "in-process", tmp_path / "served"
+    assert main([*common, "--responder-model", str(responder_dir), "--out", str(in_process)]) == 0
+    # SERVED_NAME is no model directory: the served run can only have been answered by the server.
+    assert main([*common, "--responder-model", SERVED_NAME, "--responder-url", server, "--out", str(served)]) == 0
+    reports = [json.loads((d / "report.json").read_text()) for d in (in_process, served)]
+    assert reports[1]["responder_url"] == server and reports[0]["responder_url"] is None
+    conditions = reports[0]["conditions"]
+    assert conditions == ["no_state", "self_guide", "checkpoint", "self_recheck"]
+    pairs = list(zip(reports[0]["records"], reports[1]["records"], strict=True))
+    assert len(pairs) >= 10
+    for local_record, served_record in pairs:
+        for cond in conditions:
+            a, b = local_record[cond], served_record[cond]
+            assert a.get("state") == b.get("state")  # the same rules reached both responders
+            assert (a["letter"], a["correct"]) == (b["letter"], b["correct"]), (local_record["id"], cond)
+            if score_mode == "exact":
+                assert a["text"] == b["text"] and a["score"] == b["score"]
+            else:
+                assert abs(a["score"] - b["score"]) <= TOL, (local_record["id"], cond, a["score"], b["score"])
+    accuracy = [{c: r["metrics"]["overall"]["conditions"][c]["accuracy"] for c in conditions} for r in reports]
+    assert accuracy[0] == accuracy[1]

@@ -12,6 +12,7 @@ from trl import GRPOConfig
 from memstate.data import load_split
 from memstate.errors import ConfigError
 from memstate.parsing import StageParser
+from memstate.prompts import DEFAULT_MAX_PROMPT_TOKENS
 from memstate.responder_config import ResponderConfig
 
 
@@ -42,7 +43,7 @@ class MemstateTrainArguments:
     )
     format_warmup_learning_rate: float = field(default=1e-3, metadata={"help": "Learning rate of the warm-up."})
     max_prompt_tokens: int = field(
-        default=8192,
+        default=DEFAULT_MAX_PROMPT_TOKENS,
         metadata={"help": "Policy prompt budget: facts are dropped from the end to fit; the question never is."},
     )
     use_peft: bool = field(default=False, metadata={"help": "Train LoRA adapters (peft) instead of all weights."})
@@ -57,6 +58,15 @@ class MemstateTrainArguments:
         default_factory=list,
         metadata={"help": "Modules trained in full next to the adapters (peft modules_to_save), e.g. lm_head."},
     )
+    check_vllm_weights: bool = field(
+        default=False,
+        metadata={
+            "help": "use_vllm with vllm_mode colocate: after every weight sync compare each of vLLM's parameters with "
+            "the policy's (cast to vLLM's dtype; fused q/k/v and gate/up) and stop at any difference; logs "
+            "vllm_sync/* metrics. Costs a full parameter comparison per sync: for CI and debugging "
+            "(train/vllm_sync.py)."
+        },
+    )
 
 
 def load_train_instances(script_args: MemstateTrainArguments) -> list:
@@ -66,6 +76,32 @@ def load_train_instances(script_args: MemstateTrainArguments) -> list:
     except FileNotFoundError as e:
         raise ConfigError(f"data_dir: {e}") from None
     return instances[: script_args.max_train_instances] if script_args.max_train_instances else instances
+
+
+def check_vllm_settings(script_args: MemstateTrainArguments, config: GRPOConfig, *, on_cpu: bool) -> None:
+    """Refuse vLLM settings that cannot work, before any model loads.
+
+    A colocated engine gets ``vllm_max_model_length`` as its context (TRL passes it to vLLM's ``max_model_len``);
+    unset, vLLM takes the model's own maximum (262,144 tokens for Qwen3-4B-Instruct-2507) and sizes its KV cache for
+    it, which does not fit beside the trainer in a fraction of a GPU. It must hold a prompt at the budget plus a whole
+    completion. Sleep mode (freeing vLLM's memory during the optimizer step) exists only on GPUs.
+    """
+    if not config.use_vllm or config.vllm_mode != "colocate":
+        return  # server mode: the context is the `trl vllm-serve` command's --max-model-len
+    budget = script_args.max_prompt_tokens + config.max_completion_length
+    if config.vllm_max_model_length is None:
+        raise ConfigError(
+            "vllm_mode colocate needs vllm_max_model_length (otherwise vLLM sizes its KV cache for the model's whole "
+            f"context): set it to max_prompt_tokens + max_completion_length = {budget}"
+        )
+    if config.vllm_max_model_length < budget:
+        raise ConfigError(
+            f"vllm_max_model_length {config.vllm_max_model_length} is below max_prompt_tokens "
+            f"{script_args.max_prompt_tokens} + max_completion_length {config.max_completion_length} = {budget}: "
+            "vLLM would refuse prompts at the budget"
+        )
+    if on_cpu and config.vllm_enable_sleep_mode:
+        raise ConfigError("vllm_enable_sleep_mode: vLLM has no sleep mode on CPU; set it to false for CPU runs")
 
 
 class TrainParser(StageParser):
@@ -109,6 +145,8 @@ def run(parsed: tuple[MemstateTrainArguments, ResponderConfig, GRPOConfig, argpa
     script_args, responder, grpo_config, options = parsed
     if not responder.responder_model:
         raise ConfigError("responder_model is required (the frozen responder that measures the answer gain)")
+    # A dry run forces use_cpu (TrainParser) to validate a GPU config anywhere: its device settings are not checked.
+    check_vllm_settings(script_args, grpo_config, on_cpu=grpo_config.use_cpu and not options.dry_run)
     if options.dry_run:
         from memstate.train.dry_run import dry_run
 

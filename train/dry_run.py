@@ -6,11 +6,11 @@ from __future__ import annotations
 import math
 
 from memstate.train.config import MemstateTrainArguments, load_train_instances
-from memstate.train.data import prompt_tokens
-from transformers import AutoTokenizer
+from transformers import AutoConfig, AutoTokenizer
 from trl import GRPOConfig
 
 from memstate.errors import ConfigError
+from memstate.prompts import prompt_tokens
 
 
 def batch_arithmetic(config: GRPOConfig, n_instances: int, world_size: int) -> dict[str, int]:
@@ -75,5 +75,35 @@ def dry_run(script_args: MemstateTrainArguments, config: GRPOConfig, world_size:
         "prompts_over_budget": sum(n > script_args.max_prompt_tokens for n in lengths),
         "max_prompt_tokens": script_args.max_prompt_tokens,
         "max_completion_length": config.max_completion_length,
+    }
+    return report | vllm_settings(script_args.policy_model, config)
+
+
+def vllm_settings(policy_model: str, config: GRPOConfig) -> dict:
+    """What the rollout engine gets: mode, context length, memory share, sleep mode, and the KV cache one sequence
+    at that context takes (bf16, from the policy's config: layers x KV heads x head size x K and V)."""
+    if not config.use_vllm:
+        return {"vllm": "off (transformers generate)"}
+    model = AutoConfig.from_pretrained(policy_model)
+    text = getattr(model, "text_config", model)
+    head_dim = getattr(text, "head_dim", None) or text.hidden_size // text.num_attention_heads
+    kv_bytes_per_token = 2 * text.num_hidden_layers * text.num_key_value_heads * head_dim * 2
+    report = {"vllm": config.vllm_mode}
+    if config.vllm_mode == "colocate":
+        report |= {
+            "vllm_max_model_length": config.vllm_max_model_length,
+            "vllm_gpu_memory_utilization": config.vllm_gpu_memory_utilization,
+            "vllm_enable_sleep_mode": config.vllm_enable_sleep_mode,
+            "vllm_tensor_parallel_size": config.vllm_tensor_parallel_size,
+        }
+    else:
+        report["vllm_server"] = (
+            config.vllm_server_base_url or f"http://{config.vllm_server_host}:{config.vllm_server_port}"
+        )
+    context = config.vllm_max_model_length or text.max_position_embeddings
+    report |= {
+        "policy_max_position_embeddings": text.max_position_embeddings,
+        "kv_cache_kib_per_token": round(kv_bytes_per_token / 2**10, 1),
+        "kv_cache_mib_per_sequence_at_context": round(kv_bytes_per_token * context / 2**20, 1),
     }
     return report

