@@ -57,6 +57,13 @@ class CheckpointMetadata:
         >>> _ = CheckpointMetadata("v", "p", "r", "exact", 100, 20, "data").write(d)
         >>> CheckpointMetadata.read(d).context_length
         120
+        >>> legacy = {"prompt_version": "v", "policy_model": "p", "responder_model": "r", "data_dir": "data",
+        ...           "memstate_args": {"max_prompt_tokens": 300}, "grpo_config": {"max_completion_length": 40},
+        ...           "responder": {"score_mode": "exact"}}  # written before the typed fields
+        >>> _ = (Path(d) / METADATA_FILE).write_text(json.dumps(legacy))
+        >>> m = CheckpointMetadata.read(d)
+        >>> m.score_mode, m.context_length
+        ('exact', 340)
         >>> _ = (Path(d) / METADATA_FILE).write_text('{"prompt_version": "v"}')
         >>> CheckpointMetadata.read(d)
         Traceback (most recent call last):
