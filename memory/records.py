@@ -6,7 +6,7 @@ Kept apart from the store and the extractors so that both import it without impo
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from memstate.schema import SCOPES
 
@@ -20,11 +20,18 @@ MAX_FACTS_PER_SESSION = 32
 
 @dataclass(frozen=True)
 class Turn:
-    """One dialogue turn as ingested; ``time`` is whatever timestamp text the source gives (ISO date, "turn 7")."""
+    """One dialogue turn as ingested; ``time`` is whatever timestamp text the source gives (ISO date, "turn 7").
+
+    ``speaker`` names who spoke where the source says (LoCoMo's two people, both ``user``: the memory is about
+    both); ``source`` is the turn's id in its source (LoCoMo's ``dia_id`` "D1:3", MemSyco's ``<row>:<index>``),
+    kept on every fact drawn from the turn as provenance. ``source`` is not part of equality: the same words from
+    another copy of a file are the same turn."""
 
     role: str
     content: str
     time: str | None = None
+    speaker: str | None = None
+    source: str | None = field(default=None, compare=False)
 
 
 @dataclass(frozen=True)
@@ -107,6 +114,8 @@ class StoredFact:
     supersedes: tuple[str, ...] = ()
     superseded_by: tuple[str, ...] = ()
     conflicts_with: tuple[str, ...] = ()
+    speaker: str | None = None  # who said the source turn, where known
+    source: str | None = None  # the source turn's id in its input (LoCoMo dia_id), where known
 
     @property
     def current(self) -> bool:
@@ -134,7 +143,9 @@ class Rejection:
 @dataclass(frozen=True)
 class IngestReport:
     """The outcome of one session: ``committed``, ``rejected`` (nothing written) or ``duplicate`` (already in the
-    store, nothing written). ``fact_ids`` and ``edges`` are what was committed; ``facts`` / ``relations`` count them."""
+    store, nothing written). ``fact_ids`` and ``edges`` are what was committed; ``facts`` / ``relations`` count them.
+    ``parts``: the ids the session was committed as when it held more facts than one session may (see
+    ``memory.store``); empty when it was committed whole."""
 
     session_id: str
     status: str
@@ -142,6 +153,7 @@ class IngestReport:
     edges: tuple[tuple[str, str, str], ...] = ()
     concept_edits: int = 0
     rejected: tuple[Rejection, ...] = ()
+    parts: tuple[str, ...] = ()
 
     @property
     def facts(self) -> int:

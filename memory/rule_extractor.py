@@ -16,6 +16,8 @@
   read F9 → F5 → F1.
 - **CONFLICTS_WITH**: a fact, belief or experience conflicts with an earlier one on the same topic when exactly one
   of the two is negated ("I believe X is Y" / "I don't think X is Y").
+- **No cap here**: every cue sentence is proposed; a session with more facts than one may commit is split by the
+  store (``memory.store``), so none is dropped without a word.
 - **Concepts**: the first two topic words of each fact (four letters or more) name its concepts; unknown names are
   CREATEd as roots. The rules never MERGE or SPLIT.
 """
@@ -29,7 +31,6 @@ from dataclasses import dataclass
 import numpy as np
 from memstate.memory.embed import Embedder
 from memstate.memory.records import (
-    MAX_FACTS_PER_SESSION,
     ConceptEdit,
     FactProposal,
     Proposal,
@@ -224,8 +225,6 @@ class RuleExtractor:
         relations: list[RelationProposal] = []
         concepts: list[ConceptEdit] = []
         for n, (turn, sentence, kind) in enumerate(found):
-            if len(facts) == MAX_FACTS_PER_SESSION:
-                break
             norm = _low(sentence).strip()
             if any(s.norm == norm and s.current for s in seen):
                 continue  # said before and still holds: nothing new

@@ -6,8 +6,14 @@ embedding per fact); ``relations`` between facts (SUPERSEDES / CONFLICTS_WITH, a
 ``schema_version``. Whether a fact still holds is derived from the relations, never written into the fact.
 
 Schema versions are additive: version 2 adds CLAG's cluster organisation (``clag_clusters``, ``clag_members``; see
-``memory.clag``). Opening a store of an older version upgrades it in place in one transaction (``_MIGRATIONS``);
-a store of a newer version is refused. Facts, their vectors and relations stay immutable in every version.
+``memory.clag``); version 3 adds each fact's ``speaker`` and ``source`` (the id of the turn it was drawn from,
+e.g. LoCoMo's ``dia_id``: provenance for retrieval benchmarks). Opening a store of an older version upgrades it
+in place in one transaction (``_MIGRATIONS``); a store of a newer version is refused. Facts, their vectors and
+relations stay immutable in every version.
+
+A session whose proposal holds more facts than ``MAX_FACTS_PER_SESSION`` is not cut: it is ingested as two
+halves (ids ``<id>.p1`` / ``<id>.p2``, split again while still too big), so a long session loses nothing to the
+cap; only a single turn with more facts than the cap keeps the first ones and reports the rest as rejected.
 
 A session is committed in ONE transaction — its row, its facts, their vectors, its relations and concept edits —
 after the extractor's proposal was checked (``memstate.memory.validate``). The file is in WAL mode with
@@ -43,6 +49,7 @@ from memstate.memory.embed import Embedder, default_embedder, embedder_from_name
 from memstate.memory.extract import Extractor
 from memstate.memory.records import (
     FACT_RELATIONS,
+    MAX_FACTS_PER_SESSION,
     MEMORY_KINDS,
     MEMORY_SCOPES,
     TURN_ROLES,
@@ -61,7 +68,7 @@ from memstate.errors import MemstateError
 
 logger = logging.getLogger("memstate.memory")
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 _CHUNK = 900  # ids per IN (…) query
 _SPLIT_SCAN_ROWS = 50_000  # below this one thread's scan beats handing half to another
 
@@ -142,6 +149,10 @@ _MIGRATIONS: dict[int, list[str]] = {
             router TEXT NOT NULL)""",
         "CREATE INDEX clag_members_cluster ON clag_members (cluster)",
     ],
+    3: [  # provenance: who said the fact's turn and the turn's id in its source (NULL for facts stored before)
+        "ALTER TABLE facts ADD COLUMN speaker TEXT",
+        "ALTER TABLE facts ADD COLUMN source TEXT",
+    ],
 }
 
 
@@ -164,20 +175,25 @@ def fact_num(ref: str) -> int | None:
 
 def session_digest(turns: Sequence[Turn]) -> str:
     """A content id for a session given without one, so ingesting the same dialogue twice is a no-op."""
-    blob = json.dumps([[t.role, t.content, t.time] for t in turns], ensure_ascii=False)
+    # the speaker only when given, so that sessions without one keep the ids they had before speakers existed
+    blob = json.dumps([[t.role, t.content, t.time, *([t.speaker] if t.speaker else [])] for t in turns],
+                      ensure_ascii=False)  # fmt: skip
     return "s-" + hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
 def as_turn(turn: Turn | dict, where: str = "turn") -> Turn:
     """A ``Turn`` from a Turn or a ``{role, content, time?}`` dict; raises ValueError naming the field."""
     if isinstance(turn, dict):
-        turn = Turn(turn.get("role"), turn.get("content"), turn.get("time"))  # type: ignore[arg-type]
+        turn = Turn(turn.get("role"), turn.get("content"), turn.get("time"), turn.get("speaker"), turn.get("source"))  # type: ignore[arg-type]
     if turn.role not in TURN_ROLES:
         raise ValueError(f"{where}: role {turn.role!r} is not one of {list(TURN_ROLES)}")
     if not isinstance(turn.content, str):
         raise ValueError(f"{where}: content must be a string, got {type(turn.content).__name__}")
     if turn.time is not None and not isinstance(turn.time, str):
         raise ValueError(f"{where}: time must be a string or null, got {type(turn.time).__name__}")
+    for name in ("speaker", "source"):
+        if getattr(turn, name) is not None and not isinstance(getattr(turn, name), str):
+            raise ValueError(f"{where}: {name} must be a string or null, got {type(getattr(turn, name)).__name__}")
     return turn
 
 
@@ -370,6 +386,8 @@ class MemoryStore:
         if self._has_session(sid):
             return IngestReport(sid, "duplicate")
         proposal: Proposal = extractor.propose(turns, self.context(turns))
+        if len(proposal.facts) > MAX_FACTS_PER_SESSION and len(turns) > 1 and not proposal.errors:
+            return self._ingest_halves(turns, extractor, sid, time, where)
         checked = check_facts(proposal, turns)
         if checked.fatal:
             logger.warning("session %s rejected: %s", sid, checked.fatal)
@@ -389,12 +407,14 @@ class MemoryStore:
             session = int(cur.lastrowid)
             new: dict[str, int] = {}
             for f, vec in zip(checked.facts, vecs if vecs is not None else [], strict=True):
-                turn_time = turns[f.turn].time if f.turn is not None else None
+                src = turns[f.turn] if f.turn is not None else None
                 turn = first_turn + f.turn if f.turn is not None else None
                 cur = self._db.execute(
-                    "INSERT INTO facts (text, kind, scope, session, turn, quote, time) VALUES (?, ?, ?, ?, ?, ?, ?)",
-                    (f.text.strip(), f.kind, f.scope, session, turn, f.quote, turn_time or time),
-                )
+                    "INSERT INTO facts (text, kind, scope, session, turn, quote, time, speaker, source) "
+                    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    (f.text.strip(), f.kind, f.scope, session, turn, f.quote, (src and src.time) or time,
+                     src and src.speaker, src and src.source),
+                )  # fmt: skip
                 new[f.key] = int(cur.lastrowid)
                 self._db.execute(
                     "INSERT INTO fact_vectors (fact, vec) VALUES (?, ?)",
@@ -413,6 +433,29 @@ class MemoryStore:
             edges=tuple(relations),
             concept_edits=edits,
             rejected=tuple(rejected),
+        )
+
+    def _ingest_halves(
+        self, turns: list[Turn], extractor: Extractor, sid: str, time: str | None, where: str
+    ) -> IngestReport:
+        """A session with more facts than one may commit, ingested as two halves (see the module docstring); the
+        report adds theirs up and lists the part ids it was committed as."""
+        mid = len(turns) // 2
+        parts = [
+            self.ingest_session(half, extractor, session_id=f"{sid}.p{n}", time=time, where=where)
+            for n, half in ((1, turns[:mid]), (2, turns[mid:]))
+        ]
+        statuses = {p.status for p in parts}
+        status = statuses.pop() if len(statuses) == 1 else "committed"
+        logger.info("session %s: more than %d facts, ingested in parts", sid, MAX_FACTS_PER_SESSION)
+        return IngestReport(
+            sid,
+            status,
+            fact_ids=tuple(f for p in parts for f in p.fact_ids),
+            edges=tuple(e for p in parts for e in p.edges),
+            concept_edits=sum(p.concept_edits for p in parts),
+            rejected=tuple(r for p in parts for r in p.rejected),
+            parts=tuple(i for p in parts for i in (p.parts or (p.session_id,))),
         )
 
     def _commit_relations(
@@ -544,7 +587,7 @@ class MemoryStore:
         return {k: tuple(v) for k, v in out.items()}
 
     def _stored_fact(self, row: tuple, concepts: tuple[str, ...]) -> StoredFact:
-        num, text, kind, scope, turn, quote, time, session = row
+        num, text, kind, scope, turn, quote, time, session, speaker, source = row
         idx = self._index
         out, into = idx.out.get(num, ()), idx.into.get(num, ())
         return StoredFact(
@@ -562,6 +605,8 @@ class MemoryStore:
             conflicts_with=tuple(
                 dict.fromkeys(fact_id(o) for r, o in (*out, *into) if r == "CONFLICTS_WITH")  # either direction
             ),
+            speaker=speaker,
+            source=source,
         )
 
     def relations(self) -> list[tuple[str, str, str]]:
@@ -670,7 +715,7 @@ class MemoryStore:
 
 
 _FACT_SELECT = (
-    "SELECT f.num, f.text, f.kind, f.scope, f.turn, f.quote, f.time, s.id "
+    "SELECT f.num, f.text, f.kind, f.scope, f.turn, f.quote, f.time, s.id, f.speaker, f.source "
     "FROM facts f JOIN sessions s ON s.num = f.session"
 )
 

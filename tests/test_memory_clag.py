@@ -208,15 +208,18 @@ def test_a_version_1_store_is_upgraded_in_place(tmp_path):
     with MemoryStore(path, AxisEmbedder()) as s:
         add(s, TEA[0])
     db = sqlite3.connect(path)
-    db.executescript("DROP TABLE clag_members; DROP TABLE clag_clusters; UPDATE schema_version SET version = 1;")
+    db.executescript(
+        "DROP TABLE clag_members; DROP TABLE clag_clusters; ALTER TABLE facts DROP COLUMN speaker; "
+        "ALTER TABLE facts DROP COLUMN source; UPDATE schema_version SET version = 1;"
+    )
     db.close()
-    with MemoryStore(path, AxisEmbedder()) as s:  # opening upgrades: additive tables, facts untouched
-        assert s.db.execute("SELECT version FROM schema_version").fetchone()[0] == SCHEMA_VERSION == 2
-        assert [f.text for f in s.facts()] == [TEA[0]]
+    with MemoryStore(path, AxisEmbedder()) as s:  # opening upgrades: additive tables and columns, facts untouched
+        assert s.db.execute("SELECT version FROM schema_version").fetchone()[0] == SCHEMA_VERSION == 3
+        assert [(f.text, f.speaker, f.source) for f in s.facts()] == [(TEA[0], None, None)]
         assert ClagMemory(s, ClagConfig(bootstrap_min=1)).sync().bootstrapped
     db = sqlite3.connect(path)
-    db.execute("UPDATE schema_version SET version = 3")
+    db.execute("UPDATE schema_version SET version = 4")
     db.commit()
     db.close()
-    with pytest.raises(StoreError, match="schema version 3"):
+    with pytest.raises(StoreError, match="schema version 4"):
         MemoryStore(path, AxisEmbedder())

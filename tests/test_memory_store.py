@@ -171,7 +171,7 @@ def test_edges_need_existing_compatible_endpoints(store):
     }
 
 
-def test_more_than_32_facts_are_cut(store):
+def test_one_turn_with_more_than_32_facts_keeps_32_and_reports_the_rest(store):
     text = " ".join(f"I like dish number {i}." for i in range(40))
     p = Proposal(
         facts=tuple(
@@ -179,9 +179,30 @@ def test_more_than_32_facts_are_cut(store):
             for i in range(40)
         )
     )
-    report = store.ingest_session(user(text), Scripted(p))
+    report = store.ingest_session(user(text), Scripted(p))  # one turn cannot be split further
     assert report.facts == 32 and len(report.rejected) == 8
-    assert RuleExtractor().propose(user(text), []).facts[-1].key == "n32"  # the rules stop at 32 themselves
+    assert {r.reason for r in report.rejected} == {"over the limit of 32 facts per session"}
+
+
+def test_a_session_with_more_than_32_facts_is_split_not_cut(store):
+    turns = user(*(f"I like dish number {i}." for i in range(40)))
+    assert len(RuleExtractor().propose(turns, []).facts) == 40  # the rules no longer stop at 32 by themselves
+    report = store.ingest_session(turns, RuleExtractor(), session_id="long")
+    assert report.status == "committed" and report.facts == 40 and not report.rejected
+    assert report.parts == ("long.p1", "long.p2") and store.sessions() == ["long.p1", "long.p2"]
+    assert sorted(f.quote for f in store.facts()) == sorted(t.content for t in turns)
+    assert [f.turn for f in store.facts()] == list(range(40))  # turn indices run on across the parts
+    assert store.ingest_session(turns, RuleExtractor(), session_id="long").status == "duplicate"
+    assert len(store) == 40
+
+
+def test_a_fact_keeps_its_turns_speaker_and_source_id(store):
+    turns = [Turn("user", "I love tea.", "8 May 2023", "Caroline", "D1:1"), Turn("user", "I love jazz.")]
+    store.ingest_session(turns, RuleExtractor())
+    assert [(f.speaker, f.source, f.time) for f in store.facts()] == [
+        ("Caroline", "D1:1", "8 May 2023"),
+        (None, None, None),
+    ]
 
 
 def test_concept_edits_keep_a_tree(store):
