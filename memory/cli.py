@@ -1,7 +1,11 @@
 """``memstate memory ingest`` and ``memstate memory ask``: their parsers and run functions, for ``memstate.cli``.
 
-A failed ``ingest`` leaves no store behind that it created: the input is read and validated before the store is
-opened, and a store this command created is removed if ingesting fails later (an extractor server that is down).
+A store holds one user or one benchmark sample: ``--store FILE`` takes a file of one sample (a dialogue file, one
+MemSyco row, one LoCoMo conversation), ``--store-dir DIR`` writes ``DIR/<sample id>.sqlite`` for each. A failed
+``ingest`` leaves no store behind that it created: the whole input is read and validated before any store is
+opened, and every store (and the directory) this command created is removed if ingesting fails later (an extractor
+server that is down). Records the reader skipped (LoCoMo's broken evidence ids) are counted in the printed totals
+and each is logged with its file, sample and field.
 """
 
 from __future__ import annotations
@@ -9,6 +13,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import re
 from pathlib import Path
 
 from memstate.errors import ConfigError, InputNotFound
@@ -16,18 +21,29 @@ from memstate.parsing import StageParser
 from memstate.responder_config import ResponderConfig, make_responder
 
 logger = logging.getLogger("memstate.memory")
+EXTRACTORS = ("turns", "rule", "llm")
 
 
 def ingest_parser(prog: str | None = None) -> argparse.ArgumentParser:
     from memstate.memory.ingest import INPUT_FORMATS
 
     p = argparse.ArgumentParser(
-        prog=prog, description="Induce facts, concepts and relations from dialogues into a memory store."
+        prog=prog, description="Induce facts, concepts and relations from dialogues into memory stores."
     )
-    p.add_argument("--store", required=True, help="SQLite store file (created if missing; one per user/sample).")
-    p.add_argument("dialogue_file", help="Dialogues: JSONL turns, MemSyco-Bench rows, or PersonaMem shared contexts.")
+    where = p.add_mutually_exclusive_group(required=True)
+    where.add_argument("--store", help="SQLite store file for an input of one sample (created if missing).")
+    where.add_argument("--store-dir", "--store_dir", help="Directory of stores, <sample id>.sqlite per sample.")
+    p.add_argument(
+        "dialogue_file", help="JSONL turns, MemSyco-Bench rows, PersonaMem shared contexts, or LoCoMo's JSON array."
+    )
     p.add_argument("--format", choices=INPUT_FORMATS, default="dialogue", help="Input format (default: dialogue).")
-    p.add_argument("--extractor", choices=["rule", "llm"], default="rule", help="Rule-based (no model) or LLM.")
+    p.add_argument(
+        "--extractor",
+        choices=EXTRACTORS,
+        default="turns",
+        help="turns: every turn of every speaker is a fact (default); rule: first-person cue sentences of user "
+        "turns, with SUPERSEDES/CONFLICTS_WITH; llm: an OpenAI-compatible model.",
+    )
     p.add_argument("--extractor-url", "--extractor_url", help="OpenAI-compatible endpoint of the LLM extractor.")
     p.add_argument("--extractor-model", "--extractor_model", help="Model name of the LLM extractor.")
     return p
@@ -38,31 +54,79 @@ def _remove_store(path: Path) -> None:
         p.unlink(missing_ok=True)
 
 
-def ingest(args: argparse.Namespace) -> None:
+def store_name(sample_id: str) -> str:
+    """A file name for a sample's store: characters other than letters, digits, ``.``, ``_`` and ``-`` become ``_``.
+
+    >>> store_name("conv-26"), store_name("pm:ab/cd")
+    ('conv-26.sqlite', 'pm_ab_cd.sqlite')
+    """
+    return re.sub(r"[^A-Za-z0-9._-]", "_", sample_id) + ".sqlite"
+
+
+def _store_paths(args: argparse.Namespace, ids: list[str | None]) -> list[Path]:
+    """One store path per sample; refuses a single ``--store`` for several samples and names that collide."""
+    if args.store:
+        if len(ids) > 1:
+            shown = ", ".join(str(i) for i in ids[:3]) + (", …" if len(ids) > 3 else "")
+            raise ConfigError(
+                f"{args.dialogue_file}: {len(ids)} samples ({shown}) would share one store: "
+                "give --store-dir DIR for one store per sample"
+            )
+        return [Path(args.store)]
+    paths = [Path(args.store_dir) / store_name(i or Path(args.dialogue_file).stem) for i in ids]
+    seen: dict[Path, str | None] = {}
+    for path, sid in zip(paths, ids, strict=True):
+        if path in seen:
+            raise ConfigError(f"{args.dialogue_file}: samples {seen[path]!r} and {sid!r} both map to {path.name}")
+        seen[path] = sid
+    return paths
+
+
+def _extractor(args: argparse.Namespace):
     from memstate.memory.extract import LLMExtractor, RuleExtractor
-    from memstate.memory.ingest import read_sessions
+    from memstate.memory.turn_extractor import TurnExtractor
+
+    if args.extractor == "llm":
+        return LLMExtractor(args.extractor_url, args.extractor_model)
+    return RuleExtractor() if args.extractor == "rule" else TurnExtractor()
+
+
+def ingest(args: argparse.Namespace) -> None:
+    from memstate.memory.ingest import read_samples
     from memstate.memory.store import MemoryStore
 
     if not Path(args.dialogue_file).is_file():
         raise InputNotFound(f"{args.dialogue_file}: no such dialogue file")
-    sessions = list(read_sessions(args.dialogue_file, args.format))  # the whole input is valid before the store
-    extractor = LLMExtractor(args.extractor_url, args.extractor_model) if args.extractor == "llm" else RuleExtractor()
-    store_path = Path(args.store)
-    created = not store_path.exists()
-    totals = {"sessions": 0, "facts": 0, "relations": 0, "rejected": 0}
+    read = read_samples(args.dialogue_file, args.format)  # the whole input is valid before any store exists
+    paths = _store_paths(args, [sid for sid, _ in read.samples])
+    for skipped in read.skipped:
+        logger.warning("skipped %s", skipped)
+    extractor = _extractor(args)
+    store_dir = Path(args.store_dir) if args.store_dir else None
+    dir_created = store_dir is not None and not store_dir.exists()
+    created: list[Path] = []
+    totals = {"stores": len(paths), "sessions": 0, "split": 0, "facts": 0, "relations": 0, "rejected": 0}
+    totals["skipped"] = len(read.skipped)
     try:
-        with MemoryStore(store_path) as store:
-            for session_id, turns in sessions:
-                report = store.ingest_session(turns, extractor, session_id=session_id)
-                totals["sessions"] += 1
-                totals["facts"] += report.facts
-                totals["relations"] += report.relations
-                totals["rejected"] += len(report.rejected)
-                for rejected in report.rejected:
-                    logger.warning("session %s: rejected %s", session_id, rejected)
+        for path, (_, sessions) in zip(paths, read.samples, strict=True):
+            if not path.exists():
+                created.append(path)
+            with MemoryStore(path) as store:
+                for session in sessions:
+                    report = store.ingest_session(list(session.turns), extractor, session_id=session.id,
+                                                  time=session.time, where=session.where)  # fmt: skip
+                    totals["sessions"] += 1
+                    totals["split"] += bool(report.parts)
+                    totals["facts"] += report.facts
+                    totals["relations"] += report.relations
+                    totals["rejected"] += len(report.rejected)
+                    for rejected in report.rejected:
+                        logger.warning("%s session %s: rejected %s", path.name, report.session_id, rejected)
     except BaseException:
-        if created:
-            _remove_store(store_path)
+        for path in created:
+            _remove_store(path)
+        if dir_created and store_dir is not None and store_dir.is_dir() and not any(store_dir.iterdir()):
+            store_dir.rmdir()
         raise
     print(json.dumps(totals))
 

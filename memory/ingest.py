@@ -12,9 +12,11 @@
   ``data_build`` builds instances with): its user and assistant turns, ``User:`` / ``Assistant:`` tags stripped and
   each on one line, system turns (the persona card) left out, in sessions of ``turns_per_session`` turns.
 
-``read_sessions(path, fmt)`` reads any of the three as ``(session id, turns)`` pairs. A store is meant to hold one
-user (or one benchmark sample): to keep MemSyco rows or PersonaMem contexts apart, use the per-row / per-context
-readers and one store each.
+- ``locomo``: LoCoMo's JSON array (``memstate.memory.locomo``), one sample per conversation.
+
+``read_sessions(path, fmt)`` reads any of them as ``(session id, turns)`` pairs. A store is meant to hold one user
+(or one benchmark sample): ``read_samples(path, fmt)`` groups the sessions by sample (a MemSyco row, a PersonaMem
+context, a LoCoMo conversation; a dialogue file is one sample), one store each.
 
 Bad input raises ``IngestError`` with ``FILE:LINE: field: reason``.
 """
@@ -23,6 +25,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -71,7 +74,9 @@ def _jsonl(path: Path) -> Iterator[tuple[int, str, Any]]:
             try:
                 yield lineno, where, json.loads(line)
             except json.JSONDecodeError as e:
-                raise IngestError(f"{where}: (line): invalid JSON: {e.msg} (column {e.colno})") from None
+                array = line[:1] == "["  # LoCoMo's release is one JSON array: say so instead of "Expecting value"
+                hint = " (a JSON array, not JSONL: LoCoMo's file is read with --format locomo)" if array else ""
+                raise IngestError(f"{where}: (line): invalid JSON: {e.msg} (column {e.colno}){hint}") from None
 
 
 def read_dialogue_jsonl(path: str | Path) -> Iterator[Session]:
@@ -114,7 +119,7 @@ def memsyco_sessions(row: Any, *, turns_per_session: int | None = None, where: s
     turns = []
     for i, t in enumerate(raw["dialogue"]):
         turn, _ = _turn(t, f"{where}: dialogue[{i}]")
-        turns.append(turn)
+        turns.append(replace(turn, source=f"{raw.get('id', 'row')}:{i}"))  # provenance: row id and dialogue index
     return [
         Session(tuple(chunk), id=f"{raw.get('id', 'row')}#{n}", where=where)
         for n, chunk in enumerate(_chunks(turns, turns_per_session))
@@ -151,7 +156,39 @@ def memsyco_file_sessions(path: str | Path, *, turns_per_session: int | None = N
         yield from memsyco_sessions(row, turns_per_session=turns_per_session, where=where)
 
 
-INPUT_FORMATS = ("dialogue", "memsyco", "personamem")
+INPUT_FORMATS = ("dialogue", "memsyco", "personamem", "locomo")
+
+
+@dataclass
+class Samples:
+    """A file's sessions grouped by sample (id None: the file is one sample) and the records skipped while reading
+    it, each naming file, sample and field (only LoCoMo's broken evidence ids so far)."""
+
+    samples: list[tuple[str | None, list[Session]]]
+    skipped: list[str]
+
+
+def read_samples(path: str | Path, fmt: str = "dialogue") -> Samples:
+    """Every sample of a file in one of ``INPUT_FORMATS``, read whole (so bad input fails before any store)."""
+    if fmt == "dialogue":
+        return Samples([(None, list(read_dialogue_jsonl(path)))], [])
+    if fmt == "memsyco":
+        rows: dict[str, list[Session]] = {}
+        for _, where, row in _jsonl(Path(path)):
+            if not isinstance(row, dict) or not isinstance(row.get("id"), str) or not row["id"]:
+                raise IngestError(f"{where}: id: must be a non-empty string")
+            if row["id"] in rows:
+                raise IngestError(f"{where}: id: {row['id']!r} repeats an earlier row's")
+            rows[row["id"]] = memsyco_sessions(row, where=where)
+        return Samples(list(rows.items()), [])
+    if fmt == "personamem":
+        return Samples(list(personamem_sessions(path)), [])
+    if fmt == "locomo":
+        from memstate.memory.locomo import read_locomo  # it imports IngestError from here
+
+        locomo = read_locomo(path)
+        return Samples([(s.id, list(s.sessions)) for s in locomo.samples], locomo.skipped)
+    raise ValueError(f"format {fmt!r} is not one of {list(INPUT_FORMATS)}")
 
 
 def read_sessions(path: str | Path, fmt: str = "dialogue") -> Iterator[tuple[str | None, list[Turn]]]:
@@ -163,6 +200,8 @@ def read_sessions(path: str | Path, fmt: str = "dialogue") -> Iterator[tuple[str
         sessions = memsyco_file_sessions(path)
     elif fmt == "personamem":
         sessions = (s for _, ctx in personamem_sessions(path) for s in ctx)
+    elif fmt == "locomo":
+        sessions = (s for _, group in read_samples(path, fmt).samples for s in group)
     else:
         raise ValueError(f"format {fmt!r} is not one of {list(INPUT_FORMATS)}")
     for s in sessions:

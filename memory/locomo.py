@@ -1,0 +1,172 @@
+"""LoCoMo (Maharana et al., 2024): the release's ``locomo10.json``, one JSON array of samples.
+
+Each sample is one conversation between two people (``conversation.speaker_a`` / ``speaker_b``) over sessions
+``session_<N>`` (turns ``{speaker, dia_id, text, img_url?, blip_caption?, query?}``) dated by
+``session_<N>_date_time``, and its QA items (``question``, ``answer`` or ``adversarial_answer``, ``category``,
+``evidence``: the ``dia_id`` s of the turns that hold the answer).
+
+Both speakers are people the questions ask about, so both are ``user`` turns, told apart by ``speaker``. A shared
+image is kept as text — ``[shares an image: <blip caption>]`` after the turn's words — because questions ask about
+what was shown. Every turn keeps its ``dia_id`` as ``source``; the session date is each turn's ``time``.
+
+A malformed conversation (a turn without text, an unknown speaker, a repeated ``dia_id``) raises ``IngestError``
+naming file, sample and field: its turns are what gets stored. Evidence ids are only the benchmark's answer key, and
+the release has a few broken ones (``"D"``, ``"D:11:26"``, one that names no turn): those are skipped, counted and
+listed (``LocomoFile.skipped``, each naming file, sample and field). ``"D8:6; D9:17"`` is two ids and read as such.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from memstate.memory.ingest import IngestError
+from memstate.memory.records import Session, Turn
+
+_SESSION = re.compile(r"^session_([0-9]+)$")
+DIA_ID = re.compile(r"^D([0-9]+):([0-9]+)$")
+_TURN_FIELDS = frozenset({"speaker", "dia_id", "text", "img_url", "blip_caption", "query", "re-download"})
+
+
+@dataclass(frozen=True)
+class LocomoQA:
+    """One question; ``answer`` is the adversarial answer for category 5 (unanswerable) items."""
+
+    question: str
+    answer: str
+    category: int
+    evidence: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class LocomoSample:
+    id: str
+    speakers: tuple[str, str]
+    sessions: tuple[Session, ...]
+    qa: tuple[LocomoQA, ...]
+
+    @property
+    def turn_ids(self) -> set[str]:
+        return {t.source for s in self.sessions for t in s.turns if t.source}
+
+
+@dataclass
+class LocomoFile:
+    samples: list[LocomoSample] = field(default_factory=list)
+    skipped: list[str] = field(default_factory=list)  # "FILE: sample ID: qa[i].evidence[j]: reason"
+
+
+def _str(obj: dict, key: str, where: str, *, optional: bool = False) -> str | None:
+    value = obj.get(key)
+    if value is None and optional:
+        return None
+    if not isinstance(value, str):
+        raise IngestError(f"{where}.{key}: must be a string, got {type(value).__name__}")
+    return value
+
+
+def _turn(raw: Any, where: str, speakers: tuple[str, str], time: str | None) -> Turn:
+    if not isinstance(raw, dict):
+        raise IngestError(f"{where}: expected a JSON object, got {type(raw).__name__}")
+    unknown = sorted(set(raw) - _TURN_FIELDS)
+    if unknown:
+        raise IngestError(f"{where}.{unknown[0]}: not a field of a LoCoMo turn ({', '.join(sorted(_TURN_FIELDS))})")
+    speaker, dia_id, text = (_str(raw, k, where) for k in ("speaker", "dia_id", "text"))
+    if speaker not in speakers:
+        raise IngestError(f"{where}.speaker: {speaker!r} is neither speaker_a nor speaker_b {list(speakers)}")
+    if not DIA_ID.match(dia_id or ""):
+        raise IngestError(f"{where}.dia_id: {dia_id!r} is not a dialogue id D<session>:<turn>")
+    caption = _str(raw, "blip_caption", where, optional=True)
+    content = " ".join(x for x in ((text or "").strip(), caption and f"[shares an image: {caption.strip()}]") if x)
+    if not content:
+        raise IngestError(f"{where}.text: empty, and no blip_caption")
+    return Turn("user", content, time, speaker, dia_id)
+
+
+def _sessions(conv: dict, where: str, speakers: tuple[str, str], sample_id: str) -> tuple[Session, ...]:
+    numbered = sorted((int(m.group(1)), key) for key in conv if (m := _SESSION.match(key)))  # 10 after 9
+    sessions, seen = [], set()
+    for _, key in numbered:
+        turns_raw = conv[key]
+        if not isinstance(turns_raw, list):
+            raise IngestError(f"{where}.{key}: must be a list of turns, got {type(turns_raw).__name__}")
+        time = _str(conv, f"{key}_date_time", where, optional=True)
+        turns = [_turn(t, f"{where}.{key}[{i}]", speakers, time) for i, t in enumerate(turns_raw)]
+        for i, t in enumerate(turns):
+            if t.source in seen:
+                raise IngestError(f"{where}.{key}[{i}].dia_id: {t.source!r} repeats an earlier turn's")
+            seen.add(t.source)
+        if turns:
+            sessions.append(Session(tuple(turns), id=f"{sample_id}:{key}", time=time, where=f"{where}.{key}"))
+    if not sessions:
+        raise IngestError(f"{where}: no session_<N> with turns")
+    return tuple(sessions)
+
+
+def _evidence(raw: Any, where: str, turn_ids: set[str], skipped: list[str]) -> tuple[str, ...]:
+    if not isinstance(raw, list):
+        raise IngestError(f"{where}: must be a list of dialogue ids, got {type(raw).__name__}")
+    out = []
+    for j, item in enumerate(raw):
+        ids = [x.strip() for x in item.split(";")] if isinstance(item, str) else [item]
+        for ev in ids:
+            if not isinstance(ev, str) or not DIA_ID.match(ev):
+                skipped.append(f"{where}[{j}]: {ev!r} is not a dialogue id D<session>:<turn>")
+            elif ev not in turn_ids:
+                skipped.append(f"{where}[{j}]: {ev!r} names no turn of the conversation")
+            elif ev not in out:
+                out.append(ev)
+    return tuple(out)
+
+
+def _qa(raw: Any, where: str, turn_ids: set[str], skipped: list[str]) -> LocomoQA:
+    if not isinstance(raw, dict):
+        raise IngestError(f"{where}: expected a JSON object, got {type(raw).__name__}")
+    question = _str(raw, "question", where)
+    category = raw.get("category")
+    if isinstance(category, bool) or not isinstance(category, int) or not 1 <= category <= 5:
+        raise IngestError(f"{where}.category: must be an integer 1..5, got {category!r}")
+    answer = raw.get("answer", raw.get("adversarial_answer"))
+    if not isinstance(answer, (str, int, float)) or isinstance(answer, bool):  # the release has a few numbers
+        raise IngestError(f"{where}.answer: must be a string or a number (or adversarial_answer), got {answer!r}")
+    evidence = _evidence(raw.get("evidence", []), f"{where}.evidence", turn_ids, skipped)
+    return LocomoQA(question or "", str(answer), category, evidence)
+
+
+def read_locomo(path: str | Path) -> LocomoFile:
+    """Every sample of a LoCoMo JSON file, validated (see the module docstring)."""
+    path = Path(path)
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except OSError as e:
+        raise IngestError(f"{path}: (file): cannot read: {e.strerror}") from None
+    except json.JSONDecodeError as e:
+        raise IngestError(f"{path}:{e.lineno}: (file): invalid JSON: {e.msg} (column {e.colno})") from None
+    if not isinstance(data, list):
+        raise IngestError(f"{path}: (file): a LoCoMo file is a JSON array of samples, got {type(data).__name__}")
+    out = LocomoFile()
+    ids: set[str] = set()
+    for i, raw in enumerate(data):
+        where = f"{path}: sample[{i}]"
+        if not isinstance(raw, dict):
+            raise IngestError(f"{where}: expected a JSON object, got {type(raw).__name__}")
+        sample_id = _str(raw, "sample_id", where) or ""
+        if not sample_id or sample_id in ids:
+            raise IngestError(f"{where}.sample_id: {sample_id!r} is empty or repeats an earlier sample's")
+        ids.add(sample_id)
+        where = f"{path}: sample {sample_id}"
+        conv = raw.get("conversation")
+        if not isinstance(conv, dict):
+            raise IngestError(f"{where}: conversation: must be a JSON object")
+        speakers = tuple(_str(conv, k, f"{where}: conversation") for k in ("speaker_a", "speaker_b"))
+        sessions = _sessions(conv, f"{where}: conversation", speakers, sample_id)  # type: ignore[arg-type]
+        turn_ids = {t.source for s in sessions for t in s.turns if t.source}
+        qa_raw = raw.get("qa", [])
+        if not isinstance(qa_raw, list):
+            raise IngestError(f"{where}: qa: must be a list")
+        qa = tuple(_qa(q, f"{where}: qa[{j}]", turn_ids, out.skipped) for j, q in enumerate(qa_raw))
+        out.samples.append(LocomoSample(sample_id, speakers, sessions, qa))  # type: ignore[arg-type]
+    return out
