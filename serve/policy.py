@@ -67,12 +67,6 @@ def has_cuda() -> bool:
     return torch.cuda.is_available()
 
 
-def checkpoint_budget(model_dir: Path) -> int | None:
-    """``max_prompt_tokens + max_completion_length`` as trained (``memstate.json``), or None without one."""
-    metadata = CheckpointMetadata.read(model_dir)
-    return metadata.context_length if metadata else None
-
-
 def vllm_command(config: PolicyServerConfig, cuda: bool) -> list[str]:
     """The server's command line.
 
@@ -93,7 +87,8 @@ def vllm_command(config: PolicyServerConfig, cuda: bool) -> list[str]:
         "--enable-prefix-caching",  # the policy prompt's system part is shared by every request
         "--disable-log-stats",
     ]  # fmt: skip
-    max_len = config.max_model_len or checkpoint_budget(model_dir)
+    trained = CheckpointMetadata.read(model_dir)  # the checkpoint's prompt + completion budget, if it has one
+    max_len = config.max_model_len or (trained.context_length if trained else None)
     if max_len:
         cmd += ["--max-model-len", str(max_len)]
     template = model_dir / "chat_template.jinja"

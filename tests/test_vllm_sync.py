@@ -14,7 +14,7 @@ from types import SimpleNamespace
 
 import pytest
 import torch
-from memstate.train.vllm_sync import VLLMWeightMismatch, compare_weights, install_vllm_weight_check
+from memstate.train.vllm_sync import VLLMWeightCheck, VLLMWeightMismatch, compare_weights
 from torch import nn
 from transformers import AutoModelForCausalLM
 
@@ -139,7 +139,7 @@ def test_the_wrapped_sync_logs_each_check_and_stops_at_a_bad_one(tiny_models, ca
     model = AutoModelForCausalLM.from_pretrained(tiny_models["policy"])
     generation = FakeColocatedGeneration(model)
     trainer = fake_trainer(generation)
-    check = install_vllm_weight_check(trainer)
+    check = VLLMWeightCheck(trainer)
     with caplog.at_level(logging.INFO, logger="memstate.train"):
         for step in (0, 1):
             trainer.state.global_step = step
@@ -166,4 +166,4 @@ def test_the_wrapped_sync_logs_each_check_and_stops_at_a_bad_one(tiny_models, ca
 @pytest.mark.parametrize("args", [{"use_vllm": False}, {"vllm_mode": "server"}, {"vllm_tensor_parallel_size": 2}])
 def test_only_colocate_with_one_rank_per_model(tiny_models, args):
     with pytest.raises(ConfigError, match="check_vllm_weights"):
-        install_vllm_weight_check(fake_trainer(SimpleNamespace(), **args))
+        VLLMWeightCheck(fake_trainer(SimpleNamespace(), **args))

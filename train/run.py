@@ -193,9 +193,9 @@ def train(
             peft_config=lora_config(script_args),
         )
         if script_args.check_vllm_weights:
-            from memstate.train.vllm_sync import install_vllm_weight_check
+            from memstate.train.vllm_sync import VLLMWeightCheck
 
-            install_vllm_weight_check(trainer)
+            VLLMWeightCheck(trainer)  # wraps trainer.vllm_generation.sync_weights
 
     with timers("grpo"):
         trainer.train(resume_from_checkpoint=True if resume else grpo_config.resume_from_checkpoint)

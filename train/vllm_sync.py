@@ -214,8 +214,3 @@ class VLLMWeightCheck:
     def check(self) -> CheckResult:
         model = colocated_vllm_model(self.generation.llm)
         return compare_weights(dict(model.named_parameters()), self.policy_params())
-
-
-def install_vllm_weight_check(trainer: Any) -> VLLMWeightCheck:
-    """Check vLLM's weights after every ``sync_weights`` of ``trainer`` (a ``GRPOTrainer`` with colocated vLLM)."""
-    return VLLMWeightCheck(trainer)
