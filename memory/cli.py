@@ -41,8 +41,9 @@ def ingest_parser(prog: str | None = None) -> argparse.ArgumentParser:
         "--extractor",
         choices=EXTRACTORS,
         default="turns",
-        help="turns: every turn of every speaker is a fact (default); rule: first-person cue sentences of user "
-        "turns, with SUPERSEDES/CONFLICTS_WITH; llm: an OpenAI-compatible model.",
+        help="turns: every turn of every speaker is a fact, a stated change of view SUPERSEDES the speaker's "
+        "earlier statement on it (default); rule: first-person cue sentences of user turns, with "
+        "SUPERSEDES/CONFLICTS_WITH; llm: an OpenAI-compatible model.",
     )
     p.add_argument("--extractor-url", "--extractor_url", help="OpenAI-compatible endpoint of the LLM extractor.")
     p.add_argument("--extractor-model", "--extractor_model", help="Model name of the LLM extractor.")

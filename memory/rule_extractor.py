@@ -9,8 +9,12 @@
 - **Scope**: situation ("today", "right now", "this trip"), task ("for this project"), domain ("at work", "when it
   comes to"), else global.
 - **Topic**: the sentence's content words (stop words and cue words removed, plural "s" stripped). Two facts are
-  on the same topic when they share at least a third of the smaller topic's words (one at least), or (with an
-  ``embedder``) their cosine is ≥ ``threshold``.
+  on the same topic when they share at least a third of the smaller topic's words and two words at least (one when
+  a topic has only one, or when the later one says the view changed: ``revises``), or (with an ``embedder``) their
+  cosine is ≥ ``threshold``. One shared word alone is chance: on LoCoMo "I'll catch you when I'm in Boston"
+  CONFLICTED_WITH "Can't wait to see more when I'm in Boston!".
+- **Same person**: facts are related only when the same person said both (the turn's speaker, else its role; a
+  stored fact without a speaker is not held against an edge); on LoCoMo a third of the edges joined two speakers.
 - **SUPERSEDES**: a preference or constraint supersedes every earlier, still current preference or constraint on
   the same topic (earlier in the session or among the stored facts the store passes as context). Chained updates
   read F9 → F5 → F1.
@@ -81,6 +85,14 @@ _NEGATION = re.compile(
     r"\b(?:not|no|never|don't|doesn't|didn't|isn't|aren't|wasn't|weren't|can't|cannot|won't|no longer|neither|nor|"
     r"hardly|doubt|false|wrong|myth)\b|n't\b"
 )
+# Cues that a statement revises an earlier view of the speaker (``change_score``; see ``memory.revision``).
+_REVISION_STRONG = re.compile(
+    r"\b(?:no longer|anymore|changed my mind|change of heart|rethinking|from now on|used to|these days|nowadays|"
+    r"(?:i'd|i would)(?: much)? rather|i'm done with|moved away from|shifting gears|"
+    r"(?:i've|i have) (?:stopped|given up|switched))\b"
+)
+REVISION_SCORE = 2  # a statement revises when its cues score this much: one strong cue or two weak ones
+_REVISION_WEAK = re.compile(r"\b(?:now|actually|lately|prefer|i want to|i've been thinking|completely)\b")
 _SITUATION = re.compile(
     r"\b(?:today|tonight|tomorrow|this (?:morning|evening|afternoon|weekend|week|time|trip)|right now|"
     r"at the moment|for now)\b"
@@ -141,6 +153,31 @@ def fact_kind(sentence: str) -> str | None:
     return None
 
 
+def change_score(text: str) -> int:
+    """2 per distinct strong revision cue, 1 per distinct weak one, questions left out ("Any news lately?").
+
+    >>> change_score("I used to love tea, but lately I prefer coffee."), change_score("Actually, I went out.")
+    (4, 1)
+    >>> change_score("Have you painted lately? I no longer paint.")
+    2
+    """
+    low = " ".join(s for s in sentences(_low(text)) if not s.endswith("?"))
+    return 2 * len(set(_REVISION_STRONG.findall(low))) + len(set(_REVISION_WEAK.findall(low)))
+
+
+def revises(text: str) -> bool:
+    """Whether a statement says that its speaker's view changed: first person, and cues scoring ``REVISION_SCORE``
+    (why these cues: ``memory.revision``).
+
+    >>> revises("I've changed my mind about jazz."), revises("Actually, I went to a jazz club.")
+    (True, False)
+    >>> revises("Prices no longer rise.")  # nobody's view
+    False
+    """
+    low = _low(text)
+    return bool(_FIRST_PERSON.search(low)) and change_score(low) >= REVISION_SCORE
+
+
 def scope_of(sentence: str) -> str:
     """The scope a sentence's wording suggests.
 
@@ -178,6 +215,7 @@ def negated(sentence: str) -> bool:
 @dataclass
 class _Seen:
     ref: str
+    person: str | None
     kind: str
     topic: frozenset[str]
     negated: bool
@@ -198,9 +236,12 @@ class RuleExtractor:
         self.threshold = threshold
         self.overlap = overlap
 
-    def _same_topic(self, a: _Seen, b: _Seen) -> bool:
-        shared = len(a.topic & b.topic)
-        if shared and shared >= self.overlap * min(len(a.topic), len(b.topic)):
+    def _same_topic(self, a: _Seen, b: _Seen, revision: bool = False) -> bool:
+        """``b`` (later; ``revision``: it says a view changed) and ``a`` are one person's words on one topic."""
+        if a.person is not None and b.person is not None and a.person != b.person:
+            return False
+        shared, smaller = len(a.topic & b.topic), min(len(a.topic), len(b.topic))
+        if shared >= (1 if revision else min(2, smaller)) and shared and shared >= self.overlap * smaller:
             return True
         return a.vec is not None and b.vec is not None and float(a.vec @ b.vec) >= self.threshold
 
@@ -216,7 +257,7 @@ class RuleExtractor:
         if self.embedder is not None and found:
             vecs = self.embedder.encode([f.text for f in context] + [s for _, s, _ in found])
         seen = [
-            _Seen(f.id, f.kind, frozenset(topic(f.text)), negated(f.text), f.current, _low(f.text).strip(),
+            _Seen(f.id, f.speaker, f.kind, frozenset(topic(f.text)), negated(f.text), f.current, _low(f.text).strip(),
                   None if vecs is None else vecs[n])
             for n, f in enumerate(context)
         ]  # fmt: skip
@@ -229,10 +270,11 @@ class RuleExtractor:
             if any(s.norm == norm and s.current for s in seen):
                 continue  # said before and still holds: nothing new
             words = topic(sentence)
-            item = _Seen(f"n{len(facts) + 1}", kind, frozenset(words), negated(sentence), True, norm,
-                         None if vecs is None else vecs[len(context) + n])  # fmt: skip
+            item = _Seen(f"n{len(facts) + 1}", turns[turn].speaker or turns[turn].role, kind, frozenset(words),
+                         negated(sentence), True, norm, None if vecs is None else vecs[len(context) + n])  # fmt: skip
+            revision = revises(sentence)
             for prev in seen:
-                if not self._same_topic(prev, item):
+                if not self._same_topic(prev, item, revision):
                     continue
                 if kind in _UPDATABLE and prev.kind in _UPDATABLE and prev.current:
                     relations.append(RelationProposal(item.ref, "SUPERSEDES", prev.ref))

@@ -485,7 +485,18 @@ class MemoryStore:
         def stored(src: str, rel: str, dst: str) -> bool:
             return (num(src), rel, num(dst)) in idx.edges
 
-        ok, bad = check_relations(proposal.relations, kind_of, supersedes, stored, rejected_keys)
+        # Who said each endpoint: the speaker column, already written for this session's facts. Facts of turns
+        # without a speaker (MemSyco's user/assistant roles; roles are not stored) give None, which the check
+        # does not hold against an edge: there the extractor keeps to one person (TurnExtractor relates user turns).
+        ends = {n for r in proposal.relations for n in (num(r.src), num(r.dst)) if n is not None}
+        speakers = dict(
+            self._db.execute(f"SELECT num, speaker FROM facts WHERE num IN ({', '.join('?' * len(ends))})", list(ends))
+        ) if ends else {}  # fmt: skip
+
+        def person_of(ref: str) -> str | None:
+            return speakers.get(num(ref))
+
+        ok, bad = check_relations(proposal.relations, kind_of, supersedes, stored, rejected_keys, person_of)
         rejected += bad
         out = []
         for r in ok:
