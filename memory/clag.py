@@ -25,7 +25,9 @@ calls it first, so a query always sees every committed fact routed):
    in two by ``KMeans(2)`` (again until every part fits); clusters whose members changed get a fresh profile/centre.
 5. *Retrieval* (``ClagMemory.search``): the ``retrieve_candidates`` clusters whose centres are nearest the query are
    candidates; the LLM selects the ones needed (0 to ``max_selected``), or without an LLM the ``select_clusters``
-   nearest with cosine ≥ ``select_threshold`` are taken. The top-K facts by cosine among their members come back.
+   nearest with cosine ≥ ``select_threshold`` are taken. Their members ranked by cosine are fused (reciprocal rank,
+   ``MemoryStore.hybrid``'s) with the global BM25 ranking of the store, so a fact routed into another cluster still
+   comes back when the query names its rare words; the top K come back.
    No selected cluster, or nothing in them: global dense search (``global-fallback``). ``Retrieved.trace`` names the
    mode, the selector, the candidates and the chosen clusters.
 
@@ -71,7 +73,7 @@ from memstate.memory.backends import Backend, Query, register
 from memstate.memory.embed import normalize
 from memstate.memory.llm_client import ChatJSON, LLMError
 from memstate.memory.rule_extractor import topic
-from memstate.memory.store import MemoryStore, fact_id, fact_num
+from memstate.memory.store import HYBRID_POOL, MemoryStore, fact_id, fact_num, rrf
 
 logger = logging.getLogger("memstate.memory")
 
@@ -561,7 +563,7 @@ class ClagMemory:
                                  "n_clusters": len(self._clusters)}  # fmt: skip
         if not self._clusters:
             trace["mode"] = "global (not bootstrapped)"
-            return [ref for ref, _ in self.store.nearest(q, k)], trace
+            return self.store.hybrid(query, q, k), trace
         centres, order = self._centre_matrix()
         cos = centres @ q
         ranked = [int(i) for i in np.lexsort((np.asarray(order), -cos))[: self.config.retrieve_candidates]]
@@ -582,13 +584,14 @@ class ClagMemory:
         members = [m for c in selected for m in c.members]
         if not members:
             trace["mode"] = "global-fallback"
-            return [ref for ref, _ in self.store.nearest(q, k)], trace
+            return self.store.hybrid(query, q, k), trace
         _, matrix = self.store.index_view()
         scores = matrix[self.store.rows_of(members)] @ q
-        best = sorted(range(len(members)), key=lambda i: (-float(scores[i]), -members[i]))[:k]
+        dense = sorted(range(len(members)), key=lambda i: (-float(scores[i]), -members[i]))[: max(HYBRID_POOL, k)]
+        lexical = [ref for ref, _ in self.store.lexical(query, max(HYBRID_POOL, k))]
         trace["mode"] = "cluster"
         trace["search_space"] = len(members)
-        return [fact_id(members[i]) for i in best], trace
+        return rrf([[fact_id(members[i]) for i in dense], lexical])[:k], trace
 
     def _select_by_similarity(self, candidates: list[_Cluster], cos: np.ndarray, ranked: list[int]) -> list[_Cluster]:
         pairs = zip(candidates, ranked, strict=True)

@@ -2,10 +2,12 @@
 
 - ``naive``: the ``k`` facts most similar to the query and nothing else: no traversal and no relations, as a plain
   dense retriever would give them to the policy.
-- ``evomem``: the ``k`` most similar facts (dense seeds), then the stored SUPERSEDES / CONFLICTS_WITH edges followed
-  in both directions up to ``depth`` hops — so a query that matches only an old preference also brings the preference
-  that replaced it, and a belief brings what contradicts it — de-duplicated, each seed in similarity order followed
-  by the facts its traversal reached (nearest first), so a prompt truncated from the end loses the least relevant.
+- ``evomem``: ``k`` seeds by hybrid search (``MemoryStore.hybrid``: dense and BM25 candidates fused by reciprocal rank;
+  names, dates and rare words are found lexically, paraphrase densely), then the stored SUPERSEDES / CONFLICTS_WITH
+  edges followed in both directions up to ``depth`` hops — so a query that matches only an old preference also brings
+  the preference that replaced it, and a belief brings what contradicts it — de-duplicated, each seed in similarity
+  order followed by the facts its traversal reached (nearest first), so a prompt truncated from the end loses the least
+  relevant.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ def naive_search(query: Query) -> tuple[list[str], dict[str, Any]]:
 
 
 def evomem_search(query: Query) -> tuple[list[str], dict[str, Any]]:
-    seeds = [ref for ref, _ in query.store.nearest(query.vector, query.k)]
+    seeds = query.store.hybrid(query.text, query.vector, query.k)
     return traverse(query.store, seeds, query.depth, query.limit), {}
 
 
@@ -56,9 +58,10 @@ def traverse(store: MemoryStore, seeds: list[str], depth: int, limit: int) -> li
 register(
     Backend(
         name="evomem",
-        summary="EvoMemState: dense seeds, then the stored SUPERSEDES/CONFLICTS_WITH edges up to depth hops",
+        summary="EvoMemState: hybrid (dense + BM25) seeds, then the stored SUPERSEDES/CONFLICTS_WITH edges up to depth "
+        "hops",
         search=evomem_search,
-        decisions=("none (dense seeds + stored relations)",) * 2,
+        decisions=("none (hybrid seeds + stored relations)",) * 2,
     )
 )
 register(

@@ -10,13 +10,13 @@ and hands the answerer a greedily chained path of fragments instead of everythin
 
 1. *Seeds* of the question: noun chunks, verb lemmas, date expressions (``memory.seeds``; which spaCy pipeline made
    them is ``trace["seed_pipeline"]``).
-2. *Rounds* (``rounds``, default 3): round 1 searches the store for the question (dense top-``k``); each fragment is
-   grown per seed from the retrieved facts — with an LLM endpoint, the LLM copies, per seed, the content useful for
-   the question *verbatim* from one retrieved memory (a fragment whose content is not in that memory, or in any
-   retrieved one, is dropped and counted); without one, the *extractive fallback* takes every sentence of a
-   retrieved fact that contains the seed (its head lemma, its lemma, or the date). The next round's sub-query is
-   written by the LLM (what is still missing; empty: stop) or, without one, is the seeds that grew no fragment yet
-   (none left: stop).
+2. *Rounds* (``rounds``, default 3): round 1 searches the store for the question (hybrid top-``k``: dense and BM25
+   fused, ``MemoryStore.hybrid``); each fragment is grown per seed from the retrieved facts — with an LLM endpoint, the
+   LLM copies, per seed, the content useful for the question *verbatim* from one retrieved memory (a fragment whose
+   content is not in that memory, or in any retrieved one, is dropped and counted); without one, the *extractive
+   fallback* takes every sentence of a retrieved fact that contains the seed (its head lemma, its lemma, or the date).
+   The next round's sub-query is written by the LLM (what is still missing; empty: stop) or, without one, is the
+   seeds that grew no fragment yet (none left: stop).
 3. *Scoring* after the last round, over all fragments i with unit embeddings f_i (the store's embedder):
    rel_i = max cosine of f_i to the question and every sub-query; w_j = max(rel_j − τ, 0);
    BP_i = Σ_{j≠i} w_j cos(f_i, f_j) / Σ_{j≠i} w_j (0 when the weights sum to 0);
@@ -25,7 +25,7 @@ and hands the answerer a greedily chained path of fragments instead of everythin
    C_i · exp(−λ(1 − cos(prev, i))), λ 1, and move there; at most ``max_fragments`` (K, default 15) steps
    (``greedy_path``).
 5. The facts the path's fragments come from, in path order (de-duplicated), are the retrieved facts; the stored
-   relations among them come along as for the other backends. No fragment at all: the round-1 dense hits
+   relations among them come along as for the other backends. No fragment at all: the round-1 hybrid hits
    (``trace["fallback"] = "dense"``), as the released code falls back to plain retrieval. ``trace`` lists seeds,
    sub-queries, every fragment with rel / BP / C, and the path.
 
@@ -238,7 +238,7 @@ def memsearch(
     first_hits: list[str] = []
     rejected = llm_failures = 0
     for rnd in range(1, config.rounds + 1):
-        hits = [ref for ref, _ in store.nearest(query_vecs[-1], k)]
+        hits = store.hybrid(sub_queries[-1], query_vecs[-1], k)
         if rnd == 1:
             first_hits = hits
         facts = [(f.id, f.text) for f in store.facts(hits)]

@@ -6,10 +6,12 @@ embedding per fact); ``relations`` between facts (SUPERSEDES / CONFLICTS_WITH, a
 ``schema_version``. Whether a fact still holds is derived from the relations, never written into the fact.
 
 Schema versions are additive: version 2 adds CLAG's cluster organisation (``clag_clusters``, ``clag_members``; see
-``memory.clag``); version 3 adds each fact's ``speaker`` and ``source`` (the id of the turn it was drawn from,
-e.g. LoCoMo's ``dia_id``: provenance for retrieval benchmarks). Opening a store of an older version upgrades it
-in place in one transaction (``_MIGRATIONS``); a store of a newer version is refused. Facts, their vectors and
-relations stay immutable in every version.
+``memory.clag``); version 3 adds each fact's ``speaker`` and ``source`` (the id of the turn it was drawn from, e.g.
+LoCoMo's ``dia_id``: provenance for retrieval benchmarks); version 4 adds the lexical index ``facts_fts`` (SQLite FTS5,
+BM25 ranking, Porter stemming) over the facts' texts, filled by a trigger on ``facts`` so that a fact and its index
+entry are committed together or not at all (no second file to keep consistent). Opening a store of an older version
+upgrades it in place in one transaction (``_MIGRATIONS``); a store of a newer version is refused. Facts, their vectors
+and relations stay immutable in every version.
 
 A session whose proposal holds more facts than ``MAX_FACTS_PER_SESSION`` is not cut: it is ingested as two
 halves (ids ``<id>.p1`` / ``<id>.p2``, split again while still too big), so a long session loses nothing to the
@@ -25,7 +27,8 @@ ingest (or when another process has committed more). Search is exact: one pass o
 memory-bound, ~7.5 ms on one core of this 2-core machine and ~5 ms split across both (``_scores``;
 ``benchmarks/bench_memory.py``). An approximate index (HNSW) would answer in under a millisecond, but on the
 benchmark's vectors it finds only 94% of the true top 10 at ~1 ms, and it would be a second, derived file to keep
-consistent with the store.
+consistent with the store. ``hybrid`` fuses that dense ranking with the FTS5 one (``lexical``) by reciprocal rank;
+the query's vector leaves out the speakers' names (``embed_query``), which the lexical side matches.
 """
 
 from __future__ import annotations
@@ -36,6 +39,7 @@ import hashlib
 import json
 import logging
 import os
+import re
 import sqlite3
 import time as _time
 from collections import defaultdict
@@ -68,9 +72,20 @@ from memstate.errors import MemstateError
 
 logger = logging.getLogger("memstate.memory")
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 _CHUNK = 900  # ids per IN (…) query
 _SPLIT_SCAN_ROWS = 50_000  # below this one thread's scan beats handing half to another
+HYBRID_POOL = 50  # dense and lexical candidates fused per query
+RRF_K = 10  # reciprocal rank fusion's constant: small, since only the first few ranks of each list matter
+# Words that say what kind of question it is, not what it is about: left out of lexical queries, where each
+# matching one would pull in every fact that uses it.
+_STOPWORDS = frozenset(
+    "a about after all also am an and any are as at be been before being both but by can could did do does doing "
+    "during each for from had has have having he her here hers him his how i if in into is it its just me might "
+    "more most my no nor not now of off on once only or other our ours out over own same she should so some such "
+    "than that the their theirs them then there these they this those through to too under until up very was we "
+    "were what when where which while who whom why will with would you your yours".split()
+)
 
 
 def _sql_list(values: Sequence[str]) -> str:
@@ -153,6 +168,13 @@ _MIGRATIONS: dict[int, list[str]] = {
         "ALTER TABLE facts ADD COLUMN speaker TEXT",
         "ALTER TABLE facts ADD COLUMN source TEXT",
     ],
+    4: [  # the lexical index: FTS5 over the facts' texts, filled by a trigger in the inserting transaction itself
+        "CREATE VIRTUAL TABLE facts_fts USING fts5(text, content = 'facts', content_rowid = 'num', "
+        "tokenize = 'porter unicode61')",
+        "INSERT INTO facts_fts (facts_fts) VALUES ('rebuild')",
+        "CREATE TRIGGER facts_fts_insert AFTER INSERT ON facts "
+        "BEGIN INSERT INTO facts_fts (rowid, text) VALUES (new.num, new.text); END",
+    ],
 }
 
 
@@ -179,6 +201,31 @@ def session_digest(turns: Sequence[Turn]) -> str:
     blob = json.dumps([[t.role, t.content, t.time, *([t.speaker] if t.speaker else [])] for t in turns],
                       ensure_ascii=False)  # fmt: skip
     return "s-" + hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+def match_query(text: str) -> str | None:
+    """An FTS5 query for ``text``: its words (question words and other stop words left out) joined by OR, each quoted
+    so that no word is read as FTS5 syntax; None when no word is left.
+
+    >>> match_query('When did Caroline go to the "LGBTQ" support group?')
+    '"caroline" OR "go" OR "lgbtq" OR "support" OR "group"'
+    >>> match_query("What is it?") is None
+    True
+    """
+    words = dict.fromkeys(w for w in re.findall(r"\w+", text.lower()) if w not in _STOPWORDS and len(w) > 1)
+    return " OR ".join(f'"{w}"' for w in words) or None
+
+
+def without_names(text: str, names: Iterable[str]) -> str:
+    """``text`` with each of ``names`` (and its possessive) removed; ``text`` itself if nothing else would be left.
+
+    >>> without_names("What did Caroline's friend research?", ["Caroline", "Mel"])
+    'What did friend research?'
+    """
+    out = text
+    for name in names:
+        out = re.sub(rf"\b{re.escape(name)}(?:'s)?\b\s*", "", out, flags=re.IGNORECASE)
+    return out if re.search(r"\w", out) else text
 
 
 def as_turn(turn: Turn | dict, where: str = "turn") -> Turn:
@@ -210,6 +257,7 @@ class _Index:
         self.out: dict[int, list[tuple[str, int]]] = defaultdict(list)
         self.into: dict[int, list[tuple[str, int]]] = defaultdict(list)
         self.edges: set[tuple[int, str, int]] = set()
+        self.speakers: set[str] = set()
 
     @property
     def last_fact(self) -> int:
@@ -339,13 +387,14 @@ class MemoryStore:
         """Load facts and relations committed since the index was last brought up to date (by anyone)."""
         idx = self._index
         rows = self._db.execute(
-            "SELECT f.num, f.kind, v.vec FROM facts f JOIN fact_vectors v ON v.fact = f.num WHERE f.num > ? "
-            "ORDER BY f.num",
+            "SELECT f.num, f.kind, v.vec, f.speaker FROM facts f JOIN fact_vectors v ON v.fact = f.num "
+            "WHERE f.num > ? ORDER BY f.num",
             (idx.last_fact,),
         ).fetchall()
         if rows:
             vecs = np.frombuffer(b"".join(r[2] for r in rows), dtype=np.float32).reshape(len(rows), -1)
             idx.add_facts([r[0] for r in rows], [r[1] for r in rows], vecs)
+            idx.speakers.update(r[3] for r in rows if r[3])
         for num, src, rel, dst in self._db.execute(
             "SELECT num, src, type, dst FROM relations WHERE num > ? ORDER BY num", (idx.last_relation,)
         ):
@@ -647,8 +696,35 @@ class MemoryStore:
 
     # ---- retrieval primitives --------------------------------------------------------------------------------
 
+    def speakers(self) -> list[str]:
+        """The names of the people whose turns the facts come from (sorted)."""
+        self._sync()
+        return sorted(self._index.speakers)
+
     def embed_query(self, text: str) -> np.ndarray:
-        return self.embedder.encode([text])[0]
+        """The query's vector, with the speakers' names left out: a small embedder weighs a name over what is asked
+        ("What did Caroline research?" finds "Wow, Caroline!"), and names are matched by the lexical index."""
+        self._sync()
+        return self.embedder.encode([without_names(text, self._index.speakers)])[0]
+
+    def lexical(self, text: str, k: int) -> list[tuple[str, float]]:
+        """The ``k`` facts that best match ``text``'s words by BM25 (SQLite FTS5, ``match_query``), best first,
+        with their BM25 scores (higher is better)."""
+        query = match_query(text)
+        if query is None or k <= 0:
+            return []
+        rows = self._db.execute(
+            "SELECT rowid, bm25(facts_fts) FROM facts_fts WHERE facts_fts MATCH ? ORDER BY rank, rowid DESC LIMIT ?",
+            (query, k),
+        )
+        return [(fact_id(num), -score) for num, score in rows]
+
+    def hybrid(self, text: str, vector: np.ndarray, k: int, *, pool: int = HYBRID_POOL) -> list[str]:
+        """The ``k`` best facts by reciprocal rank fusion of the ``pool`` nearest by ``vector`` and the ``pool`` best
+        lexical matches of ``text``: ``sum 1 / (RRF_K + rank)`` over the two lists, best first (ties: dense first).
+        Dense search misses the rare words, names and dates that decide many questions; BM25 misses paraphrase."""
+        dense = [ref for ref, _ in self.nearest(vector, max(pool, k))]
+        return rrf([dense, [ref for ref, _ in self.lexical(text, max(pool, k))]])[:k]
 
     def nearest(self, vector: np.ndarray, k: int) -> list[tuple[str, float]]:
         """The ``k`` facts most similar to ``vector`` (unit-normalized), best first, with their cosines."""
@@ -729,6 +805,20 @@ _FACT_SELECT = (
     "SELECT f.num, f.text, f.kind, f.scope, f.turn, f.quote, f.time, s.id, f.speaker, f.source "
     "FROM facts f JOIN sessions s ON s.num = f.session"
 )
+
+
+def rrf(rankings: Sequence[Sequence[str]], k: int = RRF_K) -> list[str]:
+    """Reciprocal rank fusion: ids by ``sum 1 / (k + rank)`` over the rankings they appear in (rank from 1); ties
+    keep the order of first appearance (earlier rankings first).
+
+    >>> rrf([["a", "b", "c"], ["c", "b"]])
+    ['c', 'b', 'a']
+    """
+    score: dict[str, float] = {}
+    for ranking in rankings:
+        for rank, ref in enumerate(ranking, 1):
+            score[ref] = score.get(ref, 0.0) + 1.0 / (k + rank)
+    return sorted(score, key=lambda ref: -score[ref])
 
 
 def _scores(matrix: np.ndarray, q: np.ndarray) -> np.ndarray:

@@ -49,6 +49,8 @@ COMMANDS: tuple[Command, ...] = (
                 "judge labels it.", "memstate.evaluate.memsyco.run"),
         Command("sweep", "The policy on every memory backend: MemSyco-Bench with and without the checkpoint's "
                 "states per backend.", "memstate.evaluate.sweep"),
+        Command("retrieval", "Evidence recall, tokens and latency of every memory backend at each k on LoCoMo, "
+                "against BM25 over raw turns and naive at equal facts.", "memstate.evaluate.retrieval"),
     )),
     Command("memory", "The memory pipeline: ingest dialogues into a store, ask it questions.", subcommands=(
         Command("ingest", "Induce facts, concepts and relations from dialogues into a store.", "memstate.memory.cli",

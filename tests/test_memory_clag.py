@@ -209,17 +209,19 @@ def test_a_version_1_store_is_upgraded_in_place(tmp_path):
         add(s, TEA[0])
     db = sqlite3.connect(path)
     db.executescript(
-        "DROP TABLE clag_members; DROP TABLE clag_clusters; ALTER TABLE facts DROP COLUMN speaker; "
-        "ALTER TABLE facts DROP COLUMN source; UPDATE schema_version SET version = 1;"
+        "DROP TRIGGER facts_fts_insert; DROP TABLE facts_fts; DROP TABLE clag_members; DROP TABLE clag_clusters; "
+        "ALTER TABLE facts DROP COLUMN speaker; ALTER TABLE facts DROP COLUMN source; "
+        "UPDATE schema_version SET version = 1;"
     )
     db.close()
     with MemoryStore(path, AxisEmbedder()) as s:  # opening upgrades: additive tables and columns, facts untouched
-        assert s.db.execute("SELECT version FROM schema_version").fetchone()[0] == SCHEMA_VERSION == 3
+        assert s.db.execute("SELECT version FROM schema_version").fetchone()[0] == SCHEMA_VERSION == 4
         assert [(f.text, f.speaker, f.source) for f in s.facts()] == [(TEA[0], None, None)]
+        assert [ref for ref, _ in s.lexical(TEA[0], 5)] == ["m1"]  # the lexical index is built from the old facts
         assert ClagMemory(s, ClagConfig(bootstrap_min=1)).sync().bootstrapped
     db = sqlite3.connect(path)
-    db.execute("UPDATE schema_version SET version = 4")
+    db.execute("UPDATE schema_version SET version = 5")
     db.commit()
     db.close()
-    with pytest.raises(StoreError, match="schema version 4"):
+    with pytest.raises(StoreError, match="schema version 5"):
         MemoryStore(path, AxisEmbedder())

@@ -1,5 +1,6 @@
 """Crash safety: a process ingesting sessions is SIGKILLed — between two sessions, and inside a session's write
-transaction — and the reopened store holds exactly the committed sessions, whole, and nothing of the one in flight."""
+transaction — and the reopened store holds exactly the committed sessions, whole, and nothing of the one in flight:
+facts, their vectors and their lexical (FTS5) index entries alike."""
 
 from __future__ import annotations
 
@@ -105,6 +106,14 @@ def test_killed_ingest_leaves_only_whole_sessions(tmp_path, mode):
             assert db.execute("SELECT COUNT(*) FROM fact_vectors").fetchone()[0] == len(facts)
             orphans = db.execute("SELECT COUNT(*) FROM concept_facts WHERE fact NOT IN (SELECT num FROM facts)")
             assert orphans.fetchone()[0] == 0
+            # the lexical index holds one entry per committed fact and agrees with the facts' texts
+            assert db.execute("SELECT COUNT(*) FROM facts_fts_docsize").fetchone()[0] == len(facts)
+            db.execute("INSERT INTO facts_fts (facts_fts) VALUES ('integrity-check')")  # raises if they differ
+        # every committed fact is found by its own made-up word; the killed session's words are nowhere
+        for f in facts[:FACTS_PER_SESSION]:
+            assert store.lexical(f.text.split()[-1].rstrip("."), 1)[0][0] == f.id
+        killed = ["".join("bcdfghjklm"[int(c)] for c in f"{committed:02d}{i}") + "ux" for i in range(3)]
+        assert store.lexical(" ".join(killed), 5) == []
         # The store goes on: the interrupted session can be ingested now, and retrieval sees it.
         turns = [Turn("user", "I love quokka stew.")]
         assert store.ingest_session(turns, RuleExtractor(), session_id=f"s{committed}").status == "committed"
