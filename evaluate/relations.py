@@ -51,6 +51,8 @@ from memstate.memory.ingest import memsyco_sessions
 from memstate.memory.rule_extractor import topic
 from memstate.memory.store import MemoryStore
 
+from memstate.errors import InputError
+
 OUTDATED_MIN = 0.45
 CURRENT_MIN = 0.3
 MARGIN = 0.03
@@ -201,7 +203,7 @@ def relation_scores(
     }
 
 
-def _extractor_factory(name: str, embedder: Embedder | None) -> Callable[[], Extractor]:
+def extractor_factory(name: str, embedder: Embedder | None) -> Callable[[], Extractor]:
     from memstate.memory.rule_extractor import RuleExtractor
     from memstate.memory.turn_extractor import TurnExtractor
 
@@ -218,6 +220,27 @@ def _slice(spec: str) -> slice:
     return slice(int(a) if a else None, int(b) if b else None)
 
 
+def read_rows(path: str | Path) -> list[dict[str, Any]]:
+    """The rows of a MemSyco-Bench JSONL file (blank lines skipped); a line that is not a JSON object raises
+    ``InputError`` naming file and line. Rows of other tasks are kept (``relation_scores`` skips and counts them)."""
+    rows = []
+    try:
+        lines = Path(path).read_text(encoding="utf-8").splitlines()
+    except OSError as e:
+        raise InputError(f"{path}: cannot read: {e}") from None
+    for n, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except ValueError as e:
+            raise InputError(f"{path}:{n}: invalid JSON: {e}") from None
+        if not isinstance(row, dict):
+            raise InputError(f"{path}:{n}: a row must be a JSON object, got {type(row).__name__}")
+        rows.append(row)
+    return rows
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     from memstate.memory.embed import default_embedder
 
@@ -230,9 +253,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     args = p.parse_args(argv)
     embedder = default_embedder()
-    lines = Path(args.file).read_text(encoding="utf-8").splitlines()  # rows of other tasks are skipped, counted
-    rows = [json.loads(line) for line in lines if line.strip()][_slice(args.rows)]
-    factory = _extractor_factory(args.extractor, embedder if args.extractor_embedder else None)
+    rows = read_rows(args.file)[_slice(args.rows)]
+    factory = extractor_factory(args.extractor, embedder if args.extractor_embedder else None)
     out = relation_scores(rows, factory, embedder)
     out["input"] = {
         "file": str(args.file),

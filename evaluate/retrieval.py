@@ -576,11 +576,40 @@ def make_parser(prog: str | None = None) -> argparse.ArgumentParser:
     p.add_argument("--embedder", help="Embedder of new stores: hash-N, a sentence-transformers path or hub id "
                    "(default: the store default, all-MiniLM-L6-v2).")  # fmt: skip
     p.add_argument("--bootstrap-resamples", "--bootstrap_resamples", type=int, default=2000)
+    p.add_argument("--relations", metavar="MEMSYCO_JSONL",
+                   help="Also measure the extractor's SUPERSEDES precision and recall on MemSyco-Bench "
+                   "valid_memory_selection rows (memstate.evaluate.relations) and report them.")  # fmt: skip
     return p
 
 
+def relations_section(path: str, extractor: str) -> dict[str, Any]:
+    """Relation precision/recall of ``extractor`` (turns or rule) on a MemSyco-Bench file, with its Markdown."""
+    from memstate.evaluate.relations import extractor_factory, read_rows, relation_scores
+    from memstate.memory.embed import default_embedder
+
+    if extractor not in ("turns", "rule"):
+        raise ConfigError(f"--relations measures the turns or rule extractor, not {extractor!r}")
+    embedder = default_embedder()
+    rows = [r for r in read_rows(path) if r.get("task") == "valid_memory_selection"]
+    if not rows:
+        raise InputError(f"{path}: no valid_memory_selection rows (--relations needs them)")
+    out = relation_scores(rows, extractor_factory(extractor, None), embedder)
+    sup = out["supersedes"]
+    out["markdown"] = (
+        f"Extractor `{extractor}` on `{path}` ({out['rows']} valid_memory_selection rows; the memory items are only "
+        f"the answer key): SUPERSEDES drawn {sup['drawn']}, correct {sup['correct']} (the current memory's turn "
+        f"supersedes the outdated one's): **precision {sup['precision']}**, recall {sup['recall']} (rows with a "
+        f"correct edge); CONFLICTS_WITH drawn {out['conflicts_with']['drawn']}; wrong edges by kind: {sup['wrong']}."
+    )
+    out["file"] = str(path)
+    return out
+
+
 def run(args: argparse.Namespace, *, relations: dict[str, Any] | None = None) -> None:
-    """``relations``: an extra section (relation precision measured elsewhere) for retrieval.json and .md."""
+    """``relations``: an extra section (relation precision measured elsewhere) for retrieval.json and .md; with
+    ``--relations FILE`` it is measured here."""
+    if relations is None and args.relations:
+        relations = relations_section(args.relations, args.extractor)
     result = evaluate_retrieval(
         args.data,
         args.out,

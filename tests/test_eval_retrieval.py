@@ -170,3 +170,20 @@ def test_a_relations_section_goes_into_json_and_markdown(tmp_path, capsys):
     result = json.loads((tmp_path / "retrieval.json").read_text())
     write_report({**result, "relations": {"precision": 0.5}}, tmp_path / "plain")
     assert "- precision: 0.5" in (tmp_path / "plain" / "retrieval.md").read_text()
+
+
+def test_relations_flag_adds_the_extractors_supersedes_precision_to_the_report(tmp_path, capsys):
+    rows = FIXTURE.parents[1] / "memsyco" / "valid_memory_selection_relations.jsonl"
+    out = tmp_path / "report"
+    argv = ["--log-level", "ERROR", "eval", "retrieval", str(FIXTURE), "--out", str(out), "--embedder", "hash-64",
+            "--k", "1", "--backends", "naive", "--bootstrap-resamples", "50", "--relations", str(rows)]  # fmt: skip
+    assert main(argv) == 0
+    data = json.loads((out / "retrieval.json").read_text())
+    sup = data["relations"]["supersedes"]
+    assert data["relations"]["rows"] == 3 and sup["drawn"] >= 1 and 0 <= sup["precision"] <= 1
+    assert f"precision {sup['precision']}" in (out / "retrieval.md").read_text()
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"task": "valid_memory_selection"}\nnot json\n')
+    argv[argv.index(str(rows))] = str(bad)
+    assert main(argv) == 2  # a user error naming the file and line
+    assert f"{bad}:2: invalid JSON" in capsys.readouterr().err
