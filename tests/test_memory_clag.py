@@ -26,6 +26,7 @@ class AxisEmbedder:
     topic are near each other and far from the others — geometry the tests can reason about."""
 
     name = "axis-test-16"
+    other = 0.15  # weight of a non-topic word
 
     def encode(self, texts):
         out = np.zeros((len(texts), 16), dtype=np.float32)
@@ -35,7 +36,7 @@ class AxisEmbedder:
                 if w in TOPICS:
                     out[i, TOPICS[w]] += 1.0
                 else:
-                    out[i, 4 + int(hashlib.md5(w.encode()).hexdigest(), 16) % 12] += 0.15
+                    out[i, 4 + int(hashlib.md5(w.encode()).hexdigest(), 16) % 12] += self.other
             if not out[i].any():
                 out[i, 15] = 1.0
         return normalize(out)
