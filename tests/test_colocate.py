@@ -128,6 +128,15 @@ def test_every_sync_is_checked_and_equal(run, tiny_models):
     ]
 
 
+def test_training_log_probs_use_the_shared_prefix_path(run):
+    """Old-policy (importance sampling against vLLM's log-probs, checked above), reference and training log-probs
+    all came from the shared-prefix path: its first-use check passed and each step encoded fewer tokens."""
+    _, history, _ = run["first"]
+    state = json.loads((run["out"] / "shared_prefix.json").read_text())
+    assert state == {"enabled": True, "active": True, "off_because": None}
+    assert all(e["shared_prefix/token_ratio"] > 2 for e in history if "reward" in e)
+
+
 def test_rewards_come_from_the_served_responder(run):
     output, history, stats = run["first"]
     steps = [e for e in history if "reward" in e]

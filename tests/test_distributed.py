@@ -19,6 +19,7 @@ reset between the two).
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 import subprocess
 import sys
@@ -166,6 +167,16 @@ def test_two_processes_took_part(run):
     tag = (ckpt / "latest").read_text().strip()
     shards = sorted(p.name for p in (ckpt / tag).glob("zero_pp_rank_*_optim_states.pt"))
     assert shards == [f"zero_pp_rank_{rank}_mp_rank_00_optim_states.pt" for rank in range(WORLD_SIZE)], shards
+
+
+def test_shared_prefix_path_ran_on_both_ranks(run):
+    """The default shared-prefix log-prob path under ZeRO: its first-use check passed on both ranks (any failure on
+    either turns it off on both) and every step encoded each group's prompt once."""
+    proc, cmd, output_dir = run
+    assert json.loads((output_dir / "shared_prefix.json").read_text())["active"], explain(proc, cmd)
+    assert proc.stdout.count("shared-prefix check: log-probs mean") == WORLD_SIZE, explain(proc, cmd)
+    history = json.loads((output_dir / "log_history.json").read_text())
+    assert all(e["shared_prefix/token_ratio"] > 2 for e in history if "reward" in e)
 
 
 def test_lora_under_zero3_exports_a_merged_model(tiny_models, fever_data, tmp_path_factory):

@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import os
 from dataclasses import dataclass, field
+from typing import Literal
 
 from trl import GRPOConfig
 
@@ -57,6 +58,31 @@ class MemstateTrainArguments:
     lora_modules_to_save: list[str] = field(
         default_factory=list,
         metadata={"help": "Modules trained in full next to the adapters (peft modules_to_save), e.g. lm_head."},
+    )
+    shared_prefix_training: bool = field(
+        default=True,
+        metadata={
+            "help": "Encode each group's prompt once in the policy's training forward/backward, the old-policy and "
+            "the reference log-probs, its completions attending to it through a 4-D mask (train/shared_prefix.py): "
+            "P + G*R tokens a group instead of G*(P + R), same log-probs and gradients. Micro-batches then hold "
+            "whole groups. Falls back to TRL's path, logged, for attention kernels without 4-D masks "
+            "(flash_attention_*, flex_attention), sliding-window models, multimodal inputs and MoE aux loss."
+        },
+    )
+    shared_prefix_check: Literal["off", "logps", "gradients"] = field(
+        default="logps",
+        metadata={
+            "help": "First-use self-check of the shared-prefix path against TRL's on the live batch: per-token "
+            "log-probs ('logps'), also parameter gradients ('gradients'; not under DeepSpeed), or none ('off'). A "
+            "mismatch turns the path off for the run, logged."
+        },
+    )
+    shared_prefix_check_tolerance: float | None = field(
+        default=None,
+        metadata={
+            "help": "Largest mean |log-prob difference| the check accepts (default: 1e-4 in fp32, 2e-2 in bf16, "
+            "1e-2 in fp16)."
+        },
     )
     check_vllm_weights: bool = field(
         default=False,

