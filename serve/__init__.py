@@ -1,1 +1,2 @@
-"""Serving the trained policy behind vLLM and the reasoning-state API (not built yet: issue 6)."""
+"""Serving the trained policy: vLLM for the policy (``serve policy``), the reasoning-state API (``serve api``), and
+its client."""

@@ -15,12 +15,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from shipped_data import MEMSYCO
 
 from memstate.cli import main
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = ROOT / "tests" / "fixtures"
-MEMSYCO = Path(os.environ.get("MEMSYCO_DATA", ROOT.parent / "shared" / "data" / "memsyco"))
 TRAIN_YAML = "policy_model: p\nresponder_model: r\ndata_dir: d\noutput_dir: {out}\nuse_cpu: true\n"
 
 
@@ -142,8 +142,6 @@ def compare_non_report(tmp, _):
 
 def memsyco_bad_row(tmp, _):
     source = MEMSYCO / "valid_memory_selection.jsonl"
-    if not source.is_file():
-        pytest.skip(f"MemSyco-Bench data not at {MEMSYCO}")
     row = json.loads(source.read_text(encoding="utf-8").splitlines()[0])
     row["memory"]["items"][0]["status"] = "bogus"
     (tmp / "rows.jsonl").write_text(json.dumps(row) + "\n", encoding="utf-8")

@@ -10,7 +10,6 @@ the rules reach the responder's prompt.
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import pytest
@@ -20,6 +19,7 @@ from memstate.memory.answer import ask
 from memstate.serve.api import ApiConfig, create_app
 from memstate.serve.client import ReasoningStateClient
 from memstate.serve.policy import free_port
+from shipped_data import MEMSYCO
 
 from memstate.cli import main
 from memstate.errors import ServerUnavailable
@@ -27,10 +27,7 @@ from memstate.prompts import STATE_HEADER
 from memstate.responder import TransformersResponder
 
 ROOT = Path(__file__).resolve().parents[1]
-MEMSYCO = Path(os.environ.get("MEMSYCO_DATA", ROOT.parent / "shared" / "data" / "memsyco"))
 VMS = MEMSYCO / "valid_memory_selection.jsonl"
-if not VMS.is_file() and not os.environ.get("CI"):  # in CI the shared data must be there: fail, never skip
-    pytest.skip(f"MemSyco-Bench shared data not found at {MEMSYCO}", allow_module_level=True)
 
 
 def api_app(policy_url: str):

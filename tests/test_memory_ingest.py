@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 from dataclasses import replace
 from pathlib import Path
 
@@ -28,6 +27,7 @@ from memstate.memory import (
     read_sessions,
     retrieve,
 )
+from shipped_data import MEMSYCO
 
 from memstate.errors import InputError
 from memstate.personamem import ContextError, SharedContextFile, parse_context_line
@@ -35,11 +35,7 @@ from memstate.prompts import policy_messages, responder_messages
 from memstate.schema import Instance
 
 ROOT = Path(__file__).resolve().parents[1]
-MEMSYCO = Path(os.environ.get("MEMSYCO_DATA", ROOT.parent / "shared" / "data" / "memsyco"))
 PERSONAMEM = ROOT / "tests" / "fixtures" / "personamem" / "shared_contexts_32k.jsonl"
-needs_memsyco = pytest.mark.skipif(
-    not MEMSYCO.is_dir() and not os.environ.get("CI"), reason=f"MemSyco-Bench shared data not found at {MEMSYCO}"
-)
 
 
 def write_lines(path: Path, lines: list) -> Path:
@@ -198,7 +194,6 @@ def memsyco_rows(n: int):
     return [row for name in sorted(MEMSYCO.glob("*.jsonl")) for row in load_memsyco(name)[:n]]
 
 
-@needs_memsyco
 @pytest.mark.parametrize("backend", ["evomem", "naive"])
 def test_memsyco_rows_ingest_and_retrieve_end_to_end(tmp_path, backend):
     rows = memsyco_rows(3)
@@ -216,7 +211,6 @@ def test_memsyco_rows_ingest_and_retrieve_end_to_end(tmp_path, backend):
             assert "Memories:" in responder_messages(inst)[1]["content"]
 
 
-@needs_memsyco
 def test_memsyco_end_to_end_with_minilm(tmp_path):
     embedder = default_embedder()
     row = next(r for r in memsyco_rows(12) if r.task == "valid_memory_selection" and "prefer" in str(r.dialogue))
@@ -259,7 +253,6 @@ def test_read_sessions_reads_every_format(tmp_path):
         list(read_sessions(rows, "csv"))
 
 
-@needs_memsyco
 def test_memsyco_file_sessions_match_the_validated_rows():
     path = MEMSYCO / "memory_evidence_conflict.jsonl"
     rows = load_memsyco(path)

@@ -12,6 +12,7 @@ import pytest
 from memstate.memory import HashEmbedder, IngestError, MemoryStore, Turn
 from memstate.memory.locomo import read_locomo
 from memstate.memory.turn_extractor import TurnExtractor
+from shipped_data import LOCOMO
 
 from memstate.cli import main
 from memstate.errors import ServerUnavailable
@@ -40,6 +41,20 @@ def test_the_reader_keeps_both_speakers_dates_captions_and_turn_ids():
     assert data.skipped == [
         f"{FIXTURE}: sample conv-t1: qa[2].evidence[1]: 'D' is not a dialogue id D<session>:<turn>",
         f"{FIXTURE}: sample conv-t1: qa[3].evidence[0]: 'D9:1' names no turn of the conversation",
+    ]
+
+
+def test_the_shipped_conversations_read_whole_with_their_broken_evidence_ids_listed():
+    """third_party/data/locomo: LoCoMo's first five conversations as released; the reader keeps every turn and
+    question and lists, not drops silently, the release's three malformed or dangling evidence ids."""
+    data = read_locomo(LOCOMO)
+    assert [s.id for s in data.samples] == ["conv-26", "conv-30", "conv-41", "conv-42", "conv-43"]
+    assert sum(len(s.qa) for s in data.samples) == 999
+    assert sum(len(session.turns) for s in data.samples for session in s.sessions) == 2760
+    assert [line.split(": ", 1)[1] for line in data.skipped] == [
+        "sample conv-42: qa[58].evidence[6]: 'D10:19' names no turn of the conversation",
+        "sample conv-42: qa[88].evidence[1]: 'D' is not a dialogue id D<session>:<turn>",
+        "sample conv-43: qa[18].evidence[4]: 'D:11:26' is not a dialogue id D<session>:<turn>",
     ]
 
 

@@ -5,7 +5,6 @@ a scripted judge whose labels are known)."""
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import socket
 from pathlib import Path
@@ -33,16 +32,14 @@ from memstate.evaluate.memsyco import (
     relation_agreement,
     to_instance,
 )
+from shipped_data import MEMSYCO
 
 from memstate.schema import Instance, Relation
 
 ROOT = Path(__file__).resolve().parents[1]
-DATA = Path(os.environ.get("MEMSYCO_DATA", ROOT.parent / "shared" / "data" / "memsyco"))
+DATA = MEMSYCO
 MEC, VMS = DATA / "memory_evidence_conflict.jsonl", DATA / "valid_memory_selection.jsonl"
 ROWS = {MEC: 300, VMS: 350}
-
-if not MEC.is_file() and not os.environ.get("CI"):  # in CI the shared data must be there: fail, never skip
-    pytest.skip(f"MemSyco-Bench shared data not found at {DATA}", allow_module_level=True)
 
 
 # ---- loading ------------------------------------------------------------------------------------------------------

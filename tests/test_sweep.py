@@ -6,22 +6,18 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 from pathlib import Path
 
-import pytest
 from chat_server import ChatServer
 from memstate.evaluate.stats import paired_difference_ci
 from memstate.evaluate.sweep import policy_gain
 from memstate.memory.backends import backend_names
 from PIL import Image
+from shipped_data import MEMSYCO
 
 ROOT = Path(__file__).resolve().parents[1]
-DATA = Path(os.environ.get("MEMSYCO_DATA", ROOT.parent / "shared" / "data" / "memsyco"))
+DATA = MEMSYCO
 FILES = [DATA / "memory_evidence_conflict.jsonl", DATA / "valid_memory_selection.jsonl"]
-
-if not FILES[0].is_file() and not os.environ.get("CI"):  # in CI the shared data must be there: fail, never skip
-    pytest.skip(f"MemSyco-Bench shared data not found at {DATA}", allow_module_level=True)
 
 
 def judge(body):
