@@ -258,3 +258,20 @@ def test_training_matches_trl_with_checkpointing_regrouping_and_two_iterations(t
     # after regrouping each micro-batch of 4 is one whole group: its prompt once, so well over 2x fewer tokens
     assert all(e["shared_prefix/token_ratio"] > 2 for e in packed if "shared_prefix/token_ratio" in e)
     assert any("shared_prefix/token_ratio" in e for e in packed)
+
+
+def test_a_chunk_it_cannot_pack_goes_to_trl_alone(fresh, caplog):
+    """A right-padded prompt (TRL left-pads, so never expected) is refused by the packing; that chunk is scored by
+    TRL's path, the path stays on for the others."""
+    input_ids, attention_mask, keep = batch(fresh)
+    prompt_len = input_ids.size(1) - keep
+    attention_mask = attention_mask.clone()
+    attention_mask[0, prompt_len - 1] = 0  # the last prompt column of row 0 is padding
+    fresh.model.eval()
+    with torch.no_grad(), caplog.at_level(logging.WARNING, "memstate.train"):
+        logps, _, _ = fresh._get_per_token_logps_and_entropies(fresh.model, input_ids, attention_mask, keep, 4)
+        ref_logps, _, _ = stock(fresh, fresh.model, input_ids, attention_mask, keep, 4)
+    assert "prompts are not left-padded" in caplog.text and fresh.shared_prefix_active
+    assert torch.equal(logps[:4], ref_logps[:4])  # the refused chunk: TRL's own numbers
+    scored = attention_mask[4:, -keep:].bool()
+    assert (logps[4:] - ref_logps[4:]).abs()[scored].max() <= 1e-5

@@ -264,7 +264,11 @@ class SharedPrefixGRPOTrainer(GRPOTrainer):
                     logps.append(lp)
                     entropies.append(ent)
                     break
-            lp, ent = self.shared_prefix_logps(model, *chunk, logits_to_keep, compute_entropy)
+            try:
+                lp, ent = self.shared_prefix_logps(model, *chunk, logits_to_keep, compute_entropy)
+            except Unsupported as e:  # this chunk only (TRL left-pads prompts, so not expected), still one forward
+                logger.warning("shared-prefix: %s; this chunk goes through TRL's path", e)
+                lp, ent, _ = stock(model, *chunk, logits_to_keep, batch_size, compute_entropy)
             logps.append(lp)
             entropies.append(ent)
         return torch.cat(logps), (torch.cat(entropies) if compute_entropy else None), None
@@ -325,6 +329,8 @@ class SharedPrefixGRPOTrainer(GRPOTrainer):
         if self.is_deepspeed_enabled:
             logger.warning("shared-prefix gradient check skipped: DeepSpeed partitions parameters and gradients")
             return []
+        # The bare module: under DDP a forward of the wrapper expects a .backward() that syncs gradients.
+        model = self.accelerator.unwrap_model(model)
         params = [p for p in model.parameters() if p.requires_grad]
         weights = torch.randn(completion_mask.shape, device=completion_mask.device) * completion_mask
 
