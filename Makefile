@@ -9,11 +9,15 @@ BIN := $(VENV)/bin
 .PHONY: setup demo test lint vllm-venv deepspeed
 
 $(BIN)/memstate: pyproject.toml
+	@echo "setup: creating $(VENV) (3-5 minutes the first time)"
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
+	@echo "setup: installing $(TORCH_SPEC) first (the CPU wheel; anything else would pull a CUDA build)"
 	$(BIN)/pip install --quiet "$(TORCH_SPEC)"
+	@echo "setup: installing memstate and its dependencies (TRL, transformers, peft, datasets, ...)"
 	$(BIN)/pip install --quiet -e ".[dev]"
 	touch $@
+	@echo "setup: done; \`source $(VENV)/bin/activate\` puts memstate on your PATH"
 
 setup: $(BIN)/memstate
 

@@ -16,6 +16,8 @@ import logging
 import re
 from pathlib import Path
 
+from tqdm.auto import tqdm
+
 from memstate.errors import ConfigError, InputNotFound
 from memstate.parsing import StageParser
 from memstate.responder_config import ResponderConfig, make_responder
@@ -108,8 +110,10 @@ def ingest(args: argparse.Namespace) -> None:
     created: list[Path] = []
     totals = {"stores": len(paths), "sessions": 0, "split": 0, "facts": 0, "relations": 0, "rejected": 0}
     totals["skipped"] = len(read.skipped)
+    progress = tqdm(total=sum(len(sessions) for _, sessions in read.samples), unit="session", desc="ingest",
+                    disable=None)  # fmt: skip
     try:
-        for path, (_, sessions) in zip(paths, read.samples, strict=True):
+        for n, (path, (_, sessions)) in enumerate(zip(paths, read.samples, strict=True), 1):
             if not path.exists():
                 created.append(path)
             with MemoryStore(path) as store:
@@ -121,14 +125,18 @@ def ingest(args: argparse.Namespace) -> None:
                     totals["facts"] += report.facts
                     totals["relations"] += report.relations
                     totals["rejected"] += len(report.rejected)
+                    progress.set_postfix(store=f"{n}/{len(paths)}", facts=totals["facts"], refresh=False)
+                    progress.update()
                     for rejected in report.rejected:
                         logger.warning("%s session %s: rejected %s", path.name, report.session_id, rejected)
     except BaseException:
+        progress.close()
         for path in created:
             _remove_store(path)
         if dir_created and store_dir is not None and store_dir.is_dir() and not any(store_dir.iterdir()):
             store_dir.rmdir()
         raise
+    progress.close()
     print(json.dumps(totals))
 
 

@@ -30,43 +30,61 @@ class Command:
     parser: str = "make_parser"
     run: str = "run"
     subcommands: tuple[Command, ...] = field(default_factory=tuple)
+    example: str = ""  # a copy-paste command line, shown in --help (tests/test_cli.py parses every one)
 
 
 COMMANDS: tuple[Command, ...] = (
     Command("tiny-models", "Build the tiny random-init policy, responder and tokenizer.", "memstate.cli",
-            "tiny_models_parser", "tiny_models"),
-    Command("build-data", "Build the Instance dataset from raw source files.", "memstate.data_build.build"),
-    Command("train", "GRPO-train the policy (TRL GRPOTrainer).", "memstate.train.config"),
+            "tiny_models_parser", "tiny_models", example="memstate tiny-models --out runs/tiny-models"),
+    Command("build-data", "Build the Instance dataset from raw source files.", "memstate.data_build.build",
+            example="memstate build-data --config configs/data/fever_fixture.yaml --out runs/data/fever_fixture"),
+    Command("train", "GRPO-train the policy (TRL GRPOTrainer).", "memstate.train.config",
+            example="memstate train --config configs/train/tiny_cpu.yaml --max_steps 20"),
     Command("reward", "Reward utilities.", subcommands=(
         Command("precompute-baselines", "Fill the SQLite baseline cache for a dataset ahead of training "
-                "(resumable).", "memstate.reward.precompute"),
+                "(resumable).", "memstate.reward.precompute",
+                example="memstate reward precompute-baselines --data runs/data/fever_fixture "
+                "--cache runs/baselines.sqlite --responder-model runs/tiny-models/responder"),
     )),
     Command("eval", "Evaluate a checkpoint (no state / self-guide / checkpoint / self-recheck), or compare runs.",
-            "memstate.evaluate.run", subcommands=(
+            "memstate.evaluate.run", example="memstate eval --checkpoint runs/train/tiny_cpu --split test "
+            "--temperature 1.0", subcommands=(
         Command("compare", "Compare evaluation runs: a Markdown table and a bar chart (PNG).",
-                "memstate.evaluate.compare"),
+                "memstate.evaluate.compare", example="memstate eval compare runs/a/final/eval-test "
+                "runs/b/final/eval-test --out runs/compare"),
         Command("memsyco", "MemSyco-Bench: the responder answers each row (no state / checkpoint states); an LLM "
-                "judge labels it.", "memstate.evaluate.memsyco.run"),
+                "judge labels it.", "memstate.evaluate.memsyco.run",
+                example="memstate eval memsyco third_party/data/memsyco --responder-model Qwen/Qwen3-8B "
+                "--responder-url http://resp:8000 --judge-url http://judge:8000 --judge-model Qwen/Qwen3-32B "
+                "--out runs/memsyco"),
         Command("sweep", "The policy on every memory backend: MemSyco-Bench with and without the checkpoint's "
-                "states per backend.", "memstate.evaluate.sweep"),
+                "states per backend.", "memstate.evaluate.sweep",
+                example="memstate eval sweep third_party/data/memsyco --checkpoint runs/train/tiny_cpu/final "
+                "--responder-model Qwen/Qwen3-8B --responder-url http://resp:8000 --judge-url http://judge:8000 "
+                "--judge-model Qwen/Qwen3-32B --out runs/sweep"),
         Command("retrieval", "Evidence recall, tokens and latency of every memory backend at each k on LoCoMo, "
-                "against BM25 over raw turns and naive at equal facts.", "memstate.evaluate.retrieval"),
+                "against BM25 over raw turns and naive at equal facts.", "memstate.evaluate.retrieval",
+                example="memstate eval retrieval third_party/data/locomo/locomo_dev5.json --out runs/retrieval"),
     )),
     Command("memory", "The memory pipeline: ingest dialogues into a store, ask it questions.", subcommands=(
         Command("ingest", "Induce facts, concepts and relations from dialogues into a store.", "memstate.memory.cli",
-                "ingest_parser", "ingest"),
+                "ingest_parser", "ingest", example="memstate memory ingest --store-dir runs/locomo --format locomo "
+                "third_party/data/locomo/locomo_dev5.json"),
         Command("ask", "Retrieve, get a reasoning state from the API, ask the responder.", "memstate.memory.cli",
-                "ask_parser", "ask"),
+                "ask_parser", "ask", example="memstate memory ask --store runs/locomo/conv-26.sqlite "
+                "'Where did Caroline move from?' --responder-model runs/tiny-models/responder --no-state"),
     )),
     Command("experiment", "End-to-end experiments with small models trained here.", subcommands=(
         Command("sycophancy", "Synthetic world: train a sycophantic responder, GRPO-train the policy and two "
-                "controls, evaluate on unseen users.", "memstate.experiment.sycophancy"),
+                "controls, evaluate on unseen users.", "memstate.experiment.sycophancy",
+                example="memstate experiment sycophancy --out runs/sycophancy --quick"),
     )),
     Command("serve", "Serve the policy (vLLM) and the reasoning-state API.", subcommands=(
         Command("policy", "Serve a checkpoint with vLLM's OpenAI-compatible server; stops it on SIGINT/SIGTERM.",
-                "memstate.serve.cli", "policy_parser", "policy"),
+                "memstate.serve.cli", "policy_parser", "policy",
+                example="memstate serve policy --model runs/train/tiny_cpu/final --port 8000"),
         Command("api", "The reasoning-state HTTP API (FastAPI) in front of a served policy.", "memstate.serve.cli",
-                "api_parser", "api"),
+                "api_parser", "api", example="memstate serve api --config configs/serve/api.yaml"),
     )),
 )  # fmt: skip
 
@@ -104,11 +122,20 @@ def _listing(commands: tuple[Command, ...]) -> str:
     return "\n".join(f"  {c.name:<{width}}  {c.help}" for c in commands)
 
 
+def _examples(commands: tuple[Command, ...]) -> str:
+    """Every runnable command's example, subcommands' included."""
+    lines = []
+    for c in commands:
+        lines += [f"  {c.example}"] if c.example else []
+        lines += [f"  {s.example}" for s in c.subcommands if s.example]
+    return "examples:\n" + "\n".join(lines)
+
+
 def _top_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="memstate",
         description="memstate: train and evaluate a reasoning-state policy. `memstate COMMAND --help` for a command.",
-        epilog="commands:\n" + _listing(COMMANDS),
+        epilog="commands:\n" + _listing(COMMANDS) + "\n\n" + _examples(COMMANDS),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--log-level", default="INFO", help="Python logging level (default INFO).")
@@ -131,12 +158,24 @@ def _resolve(top: argparse.ArgumentParser, name: str, argv: list[str]) -> tuple[
         if command.module is not None:  # a group that also runs on its own (eval)
             break
         usage = f"usage: {prog} {{{','.join(sub)}}} ...\n\n{command.help}\n\nsubcommands:\n"
+        listing = _listing(command.subcommands) + "\n\n" + _examples(command.subcommands)
         if argv[:1] in (["-h"], ["--help"]):
-            print(usage + _listing(command.subcommands))
+            print(usage + listing)
             raise SystemExit(0)
-        sys.stderr.write(usage + _listing(command.subcommands) + "\n")
+        sys.stderr.write(usage + listing + "\n")
         top.exit(2, f"{prog}: error: choose a subcommand: {', '.join(sub)}\n")
     return command, prog, argv
+
+
+def command_parser(command: Command, prog: str) -> argparse.ArgumentParser:
+    """The command's own parser, its help ending with its subcommands (if any) and its example."""
+    parser = getattr(importlib.import_module(command.module), command.parser)(prog)
+    epilog = [parser.epilog] if parser.epilog else []
+    epilog += ["subcommands:\n" + _listing(command.subcommands)] if command.subcommands else []
+    epilog += [f"example:\n  {command.example}"] if command.example else []
+    parser.epilog = "\n\n".join(epilog)
+    parser.formatter_class = _Formatter
+    return parser
 
 
 def _parse(parser: argparse.ArgumentParser, argv: list[str]):
@@ -162,10 +201,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         command, prog, rest = _resolve(top, args.command, args.args)
         module = importlib.import_module(command.module)
-        parser = getattr(module, command.parser)(prog)
-        if command.subcommands:
-            parser.epilog = "subcommands:\n" + _listing(command.subcommands)
-            parser.formatter_class = _Formatter
+        parser = command_parser(command, prog)
         code = getattr(module, command.run)(_parse(parser, rest))
     except MemstateError as e:
         if debug:

@@ -1,6 +1,10 @@
+from pathlib import Path
+
 import pytest
 
 from memstate.cli import main
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.mark.parametrize(
@@ -76,3 +80,32 @@ def test_help_lists_every_command_without_importing_a_stage(capsys):
     assert out.strip().endswith("[]")
     for name in ("tiny-models", "build-data", "train", "reward", "eval", "memory", "serve"):
         assert f"  {name} " in out
+
+
+def _command_paths() -> list[list[str]]:
+    from memstate.cli import COMMANDS
+
+    return [[]] + [[c.name] for c in COMMANDS] + [[c.name, s.name] for c in COMMANDS for s in c.subcommands]
+
+
+@pytest.mark.parametrize("path", _command_paths(), ids=lambda p: " ".join(p) or "memstate")
+def test_every_help_shows_an_example_that_parses(path, capsys, monkeypatch):
+    """`--help` of the program, of every command and subcommand ends with copy-paste example lines; each of them is
+    parsed by its command's own parser (from the repository root, where its paths are relative to)."""
+    import shlex
+
+    from memstate.cli import _parse, _resolve, _top_parser, command_parser
+
+    with pytest.raises(SystemExit) as exit_:
+        main([*path, "--help"])
+    assert exit_.value.code == 0
+    text = capsys.readouterr().out
+    examples = [line.strip() for line in text.splitlines() if line.strip().startswith("memstate ")]
+    assert examples, f"`memstate {' '.join(path)} --help` shows no example:\n{text}"
+    monkeypatch.chdir(ROOT)
+    for example in examples:
+        name, *rest = shlex.split(example)[1:]
+        command, prog, argv = _resolve(_top_parser(), name, rest)
+        if path:  # a command's help shows its own example (and its subcommands')
+            assert prog.split()[1 : 1 + len(path)] == path, example
+        _parse(command_parser(command, prog), argv)  # a parse error would exit 2
