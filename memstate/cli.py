@@ -156,6 +156,8 @@ def _resolve(top: argparse.ArgumentParser, name: str, argv: list[str]) -> tuple[
             command, prog, argv = sub[argv[0]], f"{prog} {argv[0]}", argv[1:]
             continue
         if command.module is not None:  # a group that also runs on its own (eval)
+            if not argv:
+                sys.stderr.write(f"{prog} also has subcommands: {', '.join(sub)} (`{prog} --help`)\n")
             break
         usage = f"usage: {prog} {{{','.join(sub)}}} ...\n\n{command.help}\n\nsubcommands:\n"
         listing = _listing(command.subcommands) + "\n\n" + _examples(command.subcommands)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import copy
 import dataclasses
+import difflib
 import os
 from pathlib import Path
 from types import MappingProxyType
@@ -38,6 +39,18 @@ def read_yaml(path: str | Path) -> Any:
         where = f"{path}:{mark.line + 1}" if mark is not None else str(path)
         problem = getattr(e, "problem", None) or str(e).splitlines()[0]
         raise ConfigError(f"{where}: not valid YAML: {problem}") from None
+
+
+def did_you_mean(name: str, known: set[str], prefix: str = "") -> str:
+    """`` (did you mean X?)`` for the closest known field, or nothing.
+
+    >>> did_you_mean("max_stepz", {"max_steps", "seed"}, "--")
+    ' (did you mean --max_steps?)'
+    >>> did_you_mean("zzz", {"max_steps"})
+    ''
+    """
+    close = difflib.get_close_matches(name, sorted(known), n=1, cutoff=0.6)
+    return f" (did you mean {prefix}{close[0]}?)" if close else ""
 
 
 class StageParser(TrlParser):
@@ -88,9 +101,8 @@ class StageParser(TrlParser):
             known = self.field_names() - {"config", "help"}
             unknown = sorted(set(config) - known)
             if unknown:
-                raise ConfigError(
-                    f"{path}: unknown field(s) {', '.join(unknown)} (see `--help` for the fields of this command)"
-                )
+                named = ", ".join(f"{name}{did_you_mean(name, known)}" for name in unknown)
+                raise ConfigError(f"{path}: unknown field(s) {named} (see `--help` for the fields of this command)")
             for key, value in env.items():
                 os.environ[str(key)] = str(value)
             self.set_defaults_with_config(**config)
@@ -98,7 +110,10 @@ class StageParser(TrlParser):
         namespace, remaining = self.parse_known_args(args)
         del namespace.config  # read above
         if remaining:
-            self.error(f"unrecognized arguments: {' '.join(remaining)}")
+            known = self.field_names() - {"help"}
+            flags = [a for a in remaining if a.startswith("--")]
+            hints = "".join(did_you_mean(f.lstrip("-").split("=")[0].replace("-", "_"), known, "--") for f in flags)
+            self.error(f"unrecognized arguments: {' '.join(remaining)}{hints}")
         outputs = []
         for dtype in self.dataclass_types:
             keys = {f.name for f in dataclasses.fields(dtype) if f.init}

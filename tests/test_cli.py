@@ -42,7 +42,17 @@ def test_train_rejects_unknown_config_fields(tmp_path, capsys):
         "policy_model: p\nresponder_model: r\ndata_dir: d\noutput_dir: o\nuse_cpu: true\nnum_generationz: 4\n"
     )
     assert main(["train", "--config", str(config)]) == 2
-    assert "num_generationz" in capsys.readouterr().err
+    assert "unknown field(s) num_generationz (did you mean num_generations?)" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exit_info:
+        main(["train", "--config", str(ROOT / "configs" / "train" / "tiny_cpu.yaml"), "--max-stepz", "3"])
+    assert exit_info.value.code == 2
+    assert "unrecognized arguments: --max-stepz 3 (did you mean --max_steps?)" in capsys.readouterr().err
+
+
+def test_a_group_that_runs_on_its_own_names_its_subcommands(capsys):
+    with pytest.raises(SystemExit):
+        main(["eval"])
+    assert "memstate eval also has subcommands: compare, memsyco, sweep, retrieval" in capsys.readouterr().err
 
 
 def test_eval_of_a_non_checkpoint_names_the_path(tmp_path, capsys):
