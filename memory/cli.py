@@ -130,13 +130,13 @@ def ingest(args: argparse.Namespace) -> None:
                     for rejected in report.rejected:
                         logger.warning("%s session %s: rejected %s", path.name, report.session_id, rejected)
     except BaseException:
-        progress.close()
         for path in created:
             _remove_store(path)
         if dir_created and store_dir is not None and store_dir.is_dir() and not any(store_dir.iterdir()):
             store_dir.rmdir()
         raise
-    progress.close()
+    finally:
+        progress.close()
     print(json.dumps(totals))
 
 

@@ -84,7 +84,7 @@ def shared_prefix_saving(script_args: MemstateTrainArguments, config: GRPOConfig
     """Policy-side tokens per micro-batch (training forward/backward, and again for old-policy and reference
     log-probs), TRL's path vs the shared-prefix path, at the data's median prompt and full-length completions.
 
-    Micro-batches hold whole groups under the shared path, so one of ``b`` completions spans ``ceil(b / G)``
+    Micro-batches hold whole groups under the shared path, so a micro-batch of ``b`` completions spans ``ceil(b / G)``
     prompts (one, when ``b`` <= G).
 
     >>> args = type("A", (), {"shared_prefix_training": True, "max_prompt_tokens": 8192})()

@@ -93,6 +93,17 @@ def allowed_keys(valid: torch.Tensor, segment: torch.Tensor) -> torch.Tensor:
     return (allowed | torch.eye(length, dtype=torch.bool, device=valid.device)[None])[:, None]
 
 
+def prompt_groups(prompt_ids: torch.Tensor, prompt_mask: torch.Tensor) -> list[int]:
+    """Each row's group: rows with the same prompt tokens at the same columns share one, numbered by first appearance.
+
+    >>> prompt_groups(torch.tensor([[0, 7], [5, 6], [9, 7]]), torch.tensor([[0, 1], [1, 1], [0, 1]]))
+    [0, 1, 0]
+    """
+    _, group_of = torch.unique(prompt_ids.masked_fill(prompt_mask == 0, -1), dim=0, return_inverse=True)
+    first: dict[int, int] = {}
+    return [first.setdefault(g, len(first)) for g in group_of.tolist()]
+
+
 def pack_groups(
     input_ids: torch.Tensor, attention_mask: torch.Tensor, logits_to_keep: int, pad_token_id: int
 ) -> PackedGroups:
@@ -109,19 +120,15 @@ def pack_groups(
     completion_ids, completion_mask = input_ids[:, prompt_len:], attention_mask[:, prompt_len:].bool()
     if prompt_len < 1 or not bool(prompt_mask[:, -1].all()):
         raise Unsupported("prompts are not left-padded (a prompt's last column is padding)")
-    # Rows with the same prompt tokens at the same columns share a prefix.
-    keys = prompt_ids.masked_fill(~prompt_mask, -1)
-    _, group_of = torch.unique(keys, dim=0, return_inverse=True)
     groups: dict[int, list[int]] = {}
-    for row, group in enumerate(group_of.tolist()):
+    for row, group in enumerate(prompt_groups(prompt_ids, prompt_mask)):
         groups.setdefault(group, []).append(row)
     start = int(prompt_mask.float().argmax(dim=1).min())  # columns every prompt leaves as padding are dropped
     prefix = prompt_len - 1 - start
     scored = torch.where(completion_mask, torch.arange(logits_to_keep, device=input_ids.device) + 1, 0)
     lengths = scored.max(dim=1).values.tolist()  # a segment ends at its completion's last scored token
     members = list(groups.values())
-    length = max(prefix + sum(lengths[r] for r in rows) for rows in members)
-    length = max(length, 1)
+    length = max(1, *(prefix + sum(lengths[r] for r in rows) for rows in members))
 
     device = input_ids.device
     ids = torch.full((len(members), length), pad_token_id, dtype=input_ids.dtype, device=device)
@@ -181,10 +188,7 @@ def group_contiguous(batches: list[dict]) -> list[dict]:
             merged[key] = [x for b in batches for x in b[key]]
         else:
             merged[key] = first  # None or a 0-dim tensor (e.g. num_items_in_batch): the same in every micro-batch
-    keys = merged["prompt_ids"].masked_fill(merged["prompt_mask"] == 0, -1)
-    _, group_of = torch.unique(keys, dim=0, return_inverse=True)
-    rank: dict[int, int] = {}
-    order = torch.tensor([rank.setdefault(g, len(rank)) for g in group_of.tolist()])
+    order = torch.tensor(prompt_groups(merged["prompt_ids"], merged["prompt_mask"]))
     permutation = torch.sort(order, stable=True).indices
 
     def permute(value):
@@ -210,11 +214,12 @@ class SharedPrefixGRPOTrainer(GRPOTrainer):
     def __init__(self, *args, check: CheckMode = "logps", check_tolerance: float | None = None, **kwargs):
         super().__init__(*args, **kwargs)
         self.shared_prefix_tolerance = check_tolerance
-        self.shared_prefix_reason = unsupported_model_reason(self.accelerator.unwrap_model(self.model))
+        self.shared_prefix_reason = None
         self._logps_checked = check == "off"
         self._gradients_checked = check != "gradients"
-        if self.shared_prefix_reason:
-            logger.warning("shared-prefix training off: %s; using TRL's per-completion path", self.shared_prefix_reason)
+        reason = unsupported_model_reason(self.accelerator.unwrap_model(self.model))
+        if reason:
+            self.disable_shared_prefix(reason)
 
     @property
     def shared_prefix_active(self) -> bool:
@@ -244,12 +249,10 @@ class SharedPrefixGRPOTrainer(GRPOTrainer):
         **multimodal,
     ):
         stock = super()._get_per_token_logps_and_entropies
-        if not self.shared_prefix_active:
-            return stock(model, input_ids, attention_mask, logits_to_keep, batch_size, compute_entropy,
-                         compute_aux_loss, **multimodal)  # fmt: skip
-        reason = unsupported_call_reason(compute_aux_loss, multimodal)
+        reason = self.shared_prefix_active and unsupported_call_reason(compute_aux_loss, multimodal)
         if reason:
             self.disable_shared_prefix(reason)
+        if not self.shared_prefix_active:
             return stock(model, input_ids, attention_mask, logits_to_keep, batch_size, compute_entropy,
                          compute_aux_loss, **multimodal)  # fmt: skip
         batch_size = batch_size or input_ids.size(0)
@@ -379,6 +382,3 @@ def compute_dtype(trainer: GRPOTrainer, model) -> torch.dtype:
     if trainer.args.fp16:
         return torch.float16
     return next(model.parameters()).dtype
-
-
-__all__ = ["SharedPrefixGRPOTrainer", "pack_groups", "group_contiguous", "PackedGroups"]
