@@ -84,8 +84,8 @@ def main() -> None:
     rules: dict = {"no_state": [None] * len(test_set)}
     state_info: dict = {}
     for label, path in policies.items():
-        states, _ = generate_states(path, test_set, eval_cfg)
-        parsed = [state_record(t, i) for t, i in zip(states, test_set, strict=True)]
+        states, cut, _ = generate_states(path, test_set, eval_cfg)
+        parsed = [state_record(*args) for args in zip(states, test_set, cut, strict=True)]
         rules[label] = [r for r, _ in parsed]
         state_info[label] = [info for _, info in parsed]
     conditions = ["no_state", *policies]

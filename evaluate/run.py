@@ -48,7 +48,7 @@ from memstate.prompts import (
     responder_messages,
 )
 from memstate.responder_config import DTYPES, SCORE_MODES, ResponderConfig, make_responder
-from memstate.rules import FormatError, parse_state
+from memstate.rules import CUT_OFF, FormatError, parse_completion
 from memstate.schema import Instance, option_letters
 
 logger = logging.getLogger("memstate.evaluate")
@@ -59,7 +59,9 @@ class EvalConfig(ResponderConfig):
     """What to evaluate, and how; the responder fields (``responder_model``, ``responder_url``, ``score_mode``, …)
     are ``ResponderConfig``'s, with ``responder_model`` defaulting to the checkpoint's training responder."""
 
-    checkpoint: str = field(metadata={"help": "Policy checkpoint dir (or a training output dir with final/)."})
+    checkpoint: str = field(
+        metadata={"help": "Policy checkpoint dir, or a training output dir (its best/, else its final/)."}
+    )
     split: str = field(default="test", metadata={"help": "Split to evaluate."})
     data_dir: str | None = field(
         default=None, metadata={"help": "Dataset dir; default: the one it trained on.", "aliases": ["--data"]}
@@ -115,9 +117,13 @@ class EvalConfig(ResponderConfig):
 
 
 def resolve_checkpoint(path: str | Path) -> Path:
+    """A model directory as given; a training output directory: its ``best/`` (the checkpoint with the highest
+    training reward, ``train/best.py``), else its ``final/``."""
     path = Path(path)
-    if (path / "final" / "config.json").is_file():
-        return path / "final"
+    for kept in ("best", "final"):
+        if (path / kept / "config.json").is_file():
+            logger.info("%s is a training run: evaluating its %s/", path, kept)
+            return path / kept
     if not path.is_dir():
         raise InputNotFound(f"{path}: no such checkpoint directory")
     if not (path / "config.json").is_file():
@@ -126,15 +132,25 @@ def resolve_checkpoint(path: str | Path) -> Path:
 
 
 @torch.no_grad()
-def generate_states(checkpoint: Path, instances: list[Instance], config: EvalConfig) -> tuple[list[str], int]:
+def generate_states(
+    checkpoint: Path, instances: list[Instance], config: EvalConfig
+) -> tuple[list[str], list[bool], int]:
     """Policy outputs, one per instance (batched, left-padded, seeded), from the prompts training used: cut to
-    ``config.max_prompt_tokens`` by the same function (``memstate.prompts.fit_prompt``). Returns the outputs and
-    how many prompts had facts dropped."""
+    ``config.max_prompt_tokens`` by the same function (``memstate.prompts.fit_prompt``). Returns the outputs, whether
+    each was cut off at ``max_new_tokens`` (no end-of-sequence token: not a state, as in training) and how many
+    prompts had facts dropped."""
     tokenizer = AutoTokenizer.from_pretrained(checkpoint)
     tokenizer.padding_side = "left"
     model = AutoModelForCausalLM.from_pretrained(checkpoint, dtype=getattr(torch, config.dtype)).to(config.device)
     model.eval()
-    texts, truncated = [], 0
+    texts, cut, truncated = [], [], 0
+    stop_ids = torch.tensor(
+        [
+            t
+            for t in {*eos_token_ids(model.generation_config), tokenizer.eos_token_id, tokenizer.pad_token_id}
+            if t is not None
+        ]
+    )
     torch.manual_seed(config.seed)
     sampling = (
         {"do_sample": True, "temperature": config.temperature, "top_k": 0}
@@ -151,16 +167,27 @@ def generate_states(checkpoint: Path, instances: list[Instance], config: EvalCon
         out = model.generate(
             **enc, max_new_tokens=config.max_new_tokens, pad_token_id=tokenizer.pad_token_id, **sampling
         )
-        texts += tokenizer.batch_decode(out[:, enc["input_ids"].shape[1] :], skip_special_tokens=True)
-    return texts, truncated
+        generated = out[:, enc["input_ids"].shape[1] :]
+        texts += tokenizer.batch_decode(generated, skip_special_tokens=True)
+        # generate() pads a finished row after its end-of-sequence token; a row without one ran out of tokens.
+        cut += (~torch.isin(generated, stop_ids.to(generated.device)).any(dim=1)).tolist()
+    return texts, cut, truncated
 
 
-def api_states(url: str, api_key: str | None, instances: list[Instance]) -> list[str]:
-    """Checkpoint states from a running reasoning-state API (``memstate serve api``): the deployed path."""
+def eos_token_ids(generation_config) -> list[int]:
+    """The end-of-sequence ids of a generation config (an int, a list, or None)."""
+    ids = generation_config.eos_token_id
+    return [] if ids is None else [ids] if isinstance(ids, int) else list(ids)
+
+
+def api_states(url: str, api_key: str | None, instances: list[Instance]) -> tuple[list[str], list[bool]]:
+    """Checkpoint states from a running reasoning-state API (``memstate serve api``): the deployed path. Returns the
+    texts and whether the API found each cut off at its token limit."""
     from memstate.serve.client import ReasoningStateClient
 
     with ReasoningStateClient(url, api_key=api_key) as client:
-        return [client.for_instance(inst).text for inst in tqdm(instances, desc="states via API", unit="instance")]
+        replies = [client.for_instance(inst) for inst in tqdm(instances, desc="states via API", unit="instance")]
+    return [r.text for r in replies], [r.format_error == CUT_OFF for r in replies]
 
 
 def instance_record(instance: Instance) -> dict:
@@ -211,8 +238,8 @@ def answer_record(instance: Instance, judgement: Judgement) -> dict:
     return {"score": judgement.score, "letter": letter, "correct": correct, "answer": answer, "text": text}
 
 
-def state_record(text: str, instance: Instance) -> tuple[tuple[str, ...] | None, dict]:
-    state = parse_state(text)
+def state_record(text: str, instance: Instance, cut_off: bool = False) -> tuple[tuple[str, ...] | None, dict]:
+    state = parse_completion(text, cut_off=cut_off)
     ok = not isinstance(state, FormatError)
     return (state.rules if ok else None), {
         "state": text,
@@ -289,17 +316,20 @@ def evaluate_checkpoint(config: EvalConfig) -> Path:
     logger.info("evaluating %s on %d %s instances: %s", checkpoint, len(instances), config.split, conditions)
 
     states_api_key = os.environ.get(config.states_api_key_env) if config.states_api_key_env else None
-    texts, truncated = {}, {}
+    texts, cut, truncated = {}, {}, {}
     if config.states_url:  # the API cuts prompts itself (to the checkpoint's budget when given the checkpoint)
-        texts["checkpoint"], truncated["checkpoint"] = api_states(config.states_url, states_api_key, instances), None
+        texts["checkpoint"], cut["checkpoint"] = api_states(config.states_url, states_api_key, instances)
+        truncated["checkpoint"] = None
     else:
-        texts["checkpoint"], truncated["checkpoint"] = generate_states(checkpoint, instances, config)
+        texts["checkpoint"], cut["checkpoint"], truncated["checkpoint"] = generate_states(checkpoint, instances, config)
     if config.self_guide:
-        texts["self_guide"], truncated["self_guide"] = generate_states(Path(base_policy), instances, config)
+        texts["self_guide"], cut["self_guide"], truncated["self_guide"] = generate_states(
+            Path(base_policy), instances, config
+        )
     rules = {"no_state": [None] * len(instances), "self_recheck": [SELF_RECHECK_RULES] * len(instances)}
     state_info: dict[str, list[dict]] = {}
     for cond, outputs in texts.items():
-        parsed = [state_record(t, inst) for t, inst in zip(outputs, instances, strict=True)]
+        parsed = [state_record(*args) for args in zip(outputs, instances, cut[cond], strict=True)]
         rules[cond] = [r for r, _ in parsed]
         state_info[cond] = [info for _, info in parsed]
 

@@ -50,7 +50,7 @@ from trl import GRPOConfig
 
 from memstate.data import load_split, manifest_sha256
 from memstate.errors import ConfigError
-from memstate.parsing import StageParser
+from memstate.parsing import StageParser, activation_checkpointing
 from memstate.prompts import DEFAULT_MAX_PROMPT_TOKENS, PROMPT_VERSION
 from memstate.responder import TransformersResponder
 from memstate.responder_config import ResponderConfig
@@ -164,7 +164,7 @@ def grpo_args(cfg: SycophancyConfig, output_dir: Path, learning_rate: float, ste
         steps_per_generation=4,  # one generation round of 64 states feeds 4 steps: batched sampling, ~30% faster
         max_completion_length=64,
         temperature=1.0,
-        gradient_checkpointing=False,  # tiny models: recomputing activations would only cost time
+        **activation_checkpointing(False),  # tiny models: recomputing activations would only cost time
         # Two guards measured on this world (full fine-tuning, 150 steps): with beta 0 and TRL's per-group reward
         # std, the policy drifted into garbled rules ("- Use the e the reply.") at lr 5e-4, with the batch std too;
         # a KL anchor to the warmed-up policy keeps its rules words (lr 1e-4: no gain, lr 3e-4: +4 points over
@@ -365,8 +365,8 @@ def run_experiment(cfg: SycophancyConfig) -> dict:
         rules: dict = {"no_state": [None] * len(test_set)}
         state_info = {}
         for cond, path in policies.items():
-            texts, _ = generate_states(path, test_set, eval_cfg)
-            parsed = [state_record(t, i) for t, i in zip(texts, test_set, strict=True)]
+            texts, cut, _ = generate_states(path, test_set, eval_cfg)
+            parsed = [state_record(*args) for args in zip(texts, test_set, cut, strict=True)]
             rules[cond] = [r for r, _ in parsed]
             state_info[cond] = [info for _, info in parsed]
         records = condition_records(responder, test_set, list(CONDITIONS), rules, state_info, cfg.score_mode)

@@ -18,6 +18,7 @@ from types import MappingProxyType
 from typing import Any
 
 import yaml
+from transformers import TrainingArguments
 from trl import TrlParser
 
 from memstate.errors import ConfigError
@@ -51,6 +52,43 @@ def did_you_mean(name: str, known: set[str], prefix: str = "") -> str:
     """
     close = difflib.get_close_matches(name, sorted(known), n=1, cutoff=0.6)
     return f" (did you mean {prefix}{close[0]}?)" if close else ""
+
+
+# transformers 5.24 renamed gradient checkpointing to activation checkpointing and warns (FutureWarning) on the old
+# names; 5.17 — the vLLM venv's, inside pyproject's range — knows only the old ones. Configs and code use the new
+# names; on a transformers without them they are read as the old ones.
+RENAMED_FIELDS = {
+    "activation_checkpointing": "gradient_checkpointing",
+    "activation_checkpointing_kwargs": "gradient_checkpointing_kwargs",
+}
+
+
+def installed_field_name(name: str, known: set[str]) -> str:
+    """``name``, or its pre-rename spelling when the installed libraries know only that one.
+
+    >>> installed_field_name("activation_checkpointing", {"gradient_checkpointing"})
+    'gradient_checkpointing'
+    >>> installed_field_name("activation_checkpointing", {"activation_checkpointing", "gradient_checkpointing"})
+    'activation_checkpointing'
+    """
+    old = RENAMED_FIELDS.get(name)
+    return old if old and name not in known and old in known else name
+
+
+def installed_flag(arg: str, known: set[str]) -> str:
+    """A ``--field[=value]`` flag under ``installed_field_name`` (``-`` or ``_`` spelling); other args unchanged."""
+    if not arg.startswith("--"):
+        return arg
+    flag, eq, value = arg[2:].partition("=")
+    name = flag.replace("-", "_")
+    renamed = installed_field_name(name, known)
+    return arg if renamed == name else f"--{renamed}{eq}{value}"
+
+
+def activation_checkpointing(enabled: bool) -> dict[str, bool]:
+    """The TrainingArguments keyword that turns activation checkpointing on or off, under this transformers."""
+    known = {f.name for f in dataclasses.fields(TrainingArguments)}
+    return {installed_field_name("activation_checkpointing", known): enabled}
 
 
 class StageParser(TrlParser):
@@ -99,6 +137,7 @@ class StageParser(TrlParser):
             if not isinstance(env, dict):
                 raise ConfigError(f"{path}: field env: expected a mapping of variable: value")
             known = self.field_names() - {"config", "help"}
+            config = {installed_field_name(k, known): v for k, v in config.items()}
             unknown = sorted(set(config) - known)
             if unknown:
                 named = ", ".join(f"{name}{did_you_mean(name, known)}" for name in unknown)
@@ -107,6 +146,8 @@ class StageParser(TrlParser):
                 os.environ[str(key)] = str(value)
             self.set_defaults_with_config(**config)
             source = f"{path} (with command-line overrides)"
+        known = self.field_names()
+        args = [installed_flag(a, known) for a in args]
         namespace, remaining = self.parse_known_args(args)
         del namespace.config  # read above
         if remaining:

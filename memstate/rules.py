@@ -9,6 +9,7 @@ MIN_RULES = 2
 MAX_RULES = 4
 MAX_WORDS = 80
 
+CUT_OFF = "cut off at the token limit before the state ended"
 _THINK = re.compile(r"<think>.*?</think>", re.DOTALL)
 
 
@@ -76,3 +77,17 @@ def parse_state(text: str) -> State | FormatError:
     if state.words > MAX_WORDS:
         return FormatError(f"{state.words} words; a state has at most {MAX_WORDS}")
     return state
+
+
+def parse_completion(text: str, *, cut_off: bool) -> State | FormatError:
+    """``parse_state`` for a policy output that may have hit its token limit: one that did (generation stopped at
+    ``max_completion_length`` / ``max_tokens`` instead of at an end-of-sequence token) is not a state, whatever its
+    text. It is unfinished (its last rule may stop mid-sentence), and if such text could pass, never stopping would
+    be a way around the rule-count check. Reward, evaluation and the serve API all use this.
+
+    >>> parse_completion("- Use F1.\\n- Ignore F2.", cut_off=False)
+    State(rules=('Use F1.', 'Ignore F2.'))
+    >>> parse_completion("- Use F1.\\n- Ignore F2 unless the", cut_off=True)
+    FormatError(reason='cut off at the token limit before the state ended')
+    """
+    return FormatError(CUT_OFF) if cut_off else parse_state(text)

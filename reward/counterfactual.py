@@ -11,7 +11,7 @@ score gets ``None``, which TRL leaves out of the advantage; training goes on and
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field, fields
 
 from memstate.reward.cache import BaselineCache, CacheKey, baseline_key
@@ -19,7 +19,7 @@ from memstate.reward.judge import MODES, Judgement, judge
 
 from memstate.leak import leaks_answer
 from memstate.responder import Responder
-from memstate.rules import FormatError, parse_state
+from memstate.rules import CUT_OFF, FormatError, parse_completion
 from memstate.schema import Instance
 
 INSTANCE_FIELDS = tuple(f.name for f in fields(Instance))
@@ -61,13 +61,34 @@ def rows_to_instances(n: int, columns: dict[str, list]) -> list[Instance]:
     return [built[columns["id"][i]] for i in range(n)]
 
 
-class CounterfactualGainReward:
-    """A TRL reward function (``prompts, completions, completion_ids, **columns``) -> one float or None each."""
+def cut_off(ids: list[int] | None, stop_token_ids: Collection[int]) -> bool:
+    """Whether a completion hit the token limit instead of ending: TRL's own test (``mask_truncated_completions``),
+    its last token is not an end-of-sequence (or pad) id.
 
-    def __init__(self, responder: Responder, config: RewardConfig | None = None, cache: BaselineCache | None = None):
+    >>> cut_off([5, 9, 2], {2}), cut_off([5, 9, 7], {2}), cut_off([5, 9, 7], set())
+    (False, True, False)
+    """
+    return bool(stop_token_ids) and bool(ids) and ids[-1] not in stop_token_ids
+
+
+class CounterfactualGainReward:
+    """A TRL reward function (``prompts, completions, completion_ids, **columns``) -> one float or None each.
+
+    With ``stop_token_ids`` (the trainer's end-of-sequence and pad ids) a completion cut off at
+    ``max_completion_length`` fails the format gate whatever its text (``memstate.rules.parse_completion``).
+    """
+
+    def __init__(
+        self,
+        responder: Responder,
+        config: RewardConfig | None = None,
+        cache: BaselineCache | None = None,
+        stop_token_ids: Collection[int] = (),
+    ):
         self.responder = responder
         self.config = config or RewardConfig()
         self.cache = cache if cache is not None else BaselineCache()
+        self.stop_token_ids = frozenset(stop_token_ids)
         self.responder_prompts = 0  # prompts sent to the responder, baselines included
         self.unscorable = 0  # completions rewarded None
 
@@ -100,10 +121,15 @@ class CounterfactualGainReward:
         n = len(completions)
         instances = rows_to_instances(n, columns)
         hits_before, prompts_before = self.cache.hits, self.responder_prompts
-        parsed = [parse_state(completion_text(c)) for c in completions]
+        ids = completion_ids if completion_ids is not None else [None] * n
+        parsed = [
+            parse_completion(completion_text(c), cut_off=cut_off(i, self.stop_token_ids))
+            for c, i in zip(completions, ids, strict=True)
+        ]
         rewards: list[float | None] = [None] * n
         to_score: dict[tuple[str, str], list[int]] = {}  # (instance id, state text) -> completion indices
         n_format = n_leak = 0
+        n_cut = sum(isinstance(p, FormatError) and p.reason == CUT_OFF for p in parsed)
         for i, (inst, state) in enumerate(zip(instances, parsed, strict=True)):
             if isinstance(state, FormatError):
                 rewards[i] = self.config.format_penalty
@@ -140,6 +166,7 @@ class CounterfactualGainReward:
             closed = [j.correct for j in base.values() if j.correct is not None]
             log_metric("memstate/format_rate", 1 - n_format / n)
             log_metric("memstate/leak_rate", n_leak / n)
+            log_metric("memstate/cut_off_rate", n_cut / n)
             if gains:
                 log_metric("memstate/gain_mean", sum(gains) / len(gains))
             if closed:

@@ -3,7 +3,8 @@
 ``POST /v1/reasoning-state`` takes a request and its retrieved memories in DESIGN.md's shapes, builds the policy
 prompt exactly as training did (``memstate.prompts``; facts truncated to the prompt budget when a tokenizer is
 configured), asks the served policy (vLLM's OpenAI-compatible chat endpoint), and validates the answer with the same
-``parse_state`` as the reward. A reply that fails the format is asked for once more (``format_retries``); if it
+``parse_completion`` as the reward (a reply cut off at ``max_tokens`` is no state). A reply that fails the format is
+asked for once more (``format_retries``); if it
 still fails, the answer is 200 with ``format_ok: false`` and no rules, so the caller can answer without a state.
 
 Status codes: 400 malformed JSON; 401 missing/wrong bearer token (only when a key is configured); 413 body over
@@ -35,7 +36,7 @@ from memstate.checkpoint import CheckpointMetadata
 from memstate.http import AsyncHTTPClient, HTTPRejected, HTTPSettings, HTTPUnavailable
 from memstate.leak import leak_reason
 from memstate.prompts import DEFAULT_MAX_PROMPT_TOKENS, PROMPT_VERSION, fit_policy_prompt, policy_request_messages
-from memstate.rules import FormatError, parse_state
+from memstate.rules import FormatError, parse_completion
 from memstate.schema import FACT_KINDS, RELATION_TYPES, SCOPES, Fact, Relation
 
 logger = logging.getLogger("memstate.serve")
@@ -160,14 +161,16 @@ def _listed_model(listed: dict) -> str:
         raise ValueError(f"/v1/models lists no model: {str(listed)[:200]}") from None
 
 
-def _message(reply: dict) -> str:
+def _message(reply: dict) -> tuple[str, bool]:
+    """The reply's text, and whether generation stopped at ``max_tokens`` (OpenAI's ``finish_reason: length``)."""
     try:
-        text = reply["choices"][0]["message"]["content"]
+        choice = reply["choices"][0]
+        text = choice["message"]["content"]
     except (KeyError, IndexError, TypeError):
         raise ValueError(f"the policy's reply has no message: {str(reply)[:200]}") from None
     if not isinstance(text, str):
         raise ValueError(f"the policy's message content is {type(text).__name__}, not text")
-    return text
+    return text, choice.get("finish_reason") == "length"
 
 
 class PolicyClient:
@@ -211,7 +214,8 @@ class PolicyClient:
             self.model = await self._call("GET", "/v1/models", parse=_listed_model)
         return self.model
 
-    async def chat(self, messages: list[dict]) -> str:
+    async def chat(self, messages: list[dict]) -> tuple[str, bool]:
+        """The policy's reply and whether it was cut off at ``max_tokens``."""
         payload = {
             "model": await self.model_name(),
             "messages": messages,
@@ -408,13 +412,13 @@ def create_app(config: ApiConfig, *, policy_transport: httpx.AsyncBaseTransport 
             attempts += 1
             call_started = time.perf_counter()
             try:
-                text = await policy.chat(messages)
+                text, cut_off = await policy.chat(messages)
             except PolicyError as e:
                 policy_errors.labels(e.reason).inc()
                 logger.warning("policy call failed (%s): %s", e.reason, e.detail)
                 raise HTTPException(e.status, e.detail) from None
             policy_latency.observe(time.perf_counter() - call_started)
-            state = parse_state(text)
+            state = parse_completion(text, cut_off=cut_off)
             if not isinstance(state, FormatError):
                 break
             format_failures.inc()

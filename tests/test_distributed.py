@@ -79,6 +79,8 @@ def launch_command(
         "3",
         "--format_warmup_steps",
         "0",
+        "--max_completion_length",  # the plumbing is under test: short completions keep two CPU processes quick
+        "64",
         # 4 completions per process x 2 processes = 8 per step = 2 prompts x G=4: TRL needs the global generation
         # batch divisible by num_generations. Set here so the test does not depend on tiny_cpu.yaml's batch.
         "--per_device_train_batch_size",
@@ -138,7 +140,7 @@ def test_launch_completes(run):
     assert f"final model: {output_dir / 'final'}" in proc.stdout, explain(proc, cmd)
 
 
-@pytest.mark.parametrize("name", [f"checkpoint-{SAVE_STEPS}", f"checkpoint-{MAX_STEPS}", "final"])
+@pytest.mark.parametrize("name", [f"checkpoint-{SAVE_STEPS}", f"checkpoint-{MAX_STEPS}", "final", "best"])
 def test_saved_model_loads(run, tiny_models, name):
     proc, cmd, output_dir = run
     model_dir = output_dir / name
@@ -191,4 +193,6 @@ def test_lora_under_zero3_exports_a_merged_model(tiny_models, fever_data, tmp_pa
     reference = load_file(tiny_models["policy"] / "model.safetensors")
     empty = sorted(key for key, tensor in state.items() if tensor.numel() == 0)
     assert not empty, f"final/ holds ZeRO-3 placeholders: {empty}"
+    best = load_file(output_dir / "best" / "model.safetensors")  # merged too, from the best checkpoint's adapter
+    assert best.keys() == state.keys() and all(t.numel() > 0 for t in best.values())
     assert {k: t.shape for k, t in state.items() if k in reference} == {k: t.shape for k, t in reference.items()}

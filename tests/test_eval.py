@@ -299,3 +299,37 @@ def test_eval_cuts_policy_prompts_to_the_checkpoints_budget_exactly_as_training_
     assert report["policy_sampling"]["max_prompt_tokens"] == budget
     assert report["policy_sampling"]["prompts_truncated"] == {"checkpoint": 1}
     assert report["score_mode"] == "exact" and report["policy_sampling"]["max_new_tokens"] == 8
+
+
+def test_eval_takes_a_state_cut_off_at_max_new_tokens_for_no_state(tiny_models, fever_data, tmp_path):
+    import shutil
+
+    import torch
+    from memstate.evaluate.run import EvalConfig, generate_states, state_record
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from memstate.data import load_split
+    from memstate.prompts import fit_prompt
+    from memstate.rules import CUT_OFF
+
+    (instance,) = load_split(fever_data, "test")[:1]
+    policy = tiny_models["policy"]
+    config = EvalConfig(checkpoint=str(policy), temperature=0.0, max_new_tokens=3, max_prompt_tokens=8192)
+    texts, cut, _ = generate_states(policy, [instance], config)
+    assert cut == [True]  # the random policy does not end a state within 3 tokens
+    _, info = state_record(texts[0], instance, cut_off=True)
+    assert not info["format_ok"] and info["format_error"] == CUT_OFF
+
+    # A copy whose end-of-sequence id is the token it writes first (greedy): its output ends at once.
+    tokenizer = AutoTokenizer.from_pretrained(policy)
+    prompt = tokenizer.apply_chat_template(fit_prompt(tokenizer, instance, 8192)[0], add_generation_prompt=True,
+                                           return_tensors="pt", return_dict=True)  # fmt: skip
+    with torch.no_grad():
+        logits = AutoModelForCausalLM.from_pretrained(policy)(**prompt).logits
+    first = int(logits[0, -1].argmax())
+    ends = tmp_path / "ends"
+    shutil.copytree(policy, ends)
+    generation = json.loads((ends / "generation_config.json").read_text())
+    (ends / "generation_config.json").write_text(json.dumps(generation | {"eos_token_id": [first]}))
+    _, cut, _ = generate_states(ends, [instance], config)
+    assert cut == [False]

@@ -60,6 +60,32 @@ def test_train_writes_checkpoints_with_metadata(trained):
     assert all(e["shared_prefix/token_ratio"] > 2 for e in history if "reward" in e)
 
 
+def test_the_best_checkpoint_by_training_reward_is_exported_next_to_final(trained):
+    from memstate.train.best import window_mean
+    from safetensors.torch import load_file
+
+    tmp, _ = trained
+    run = tmp / "run"
+    history = json.loads((run / "log_history.json").read_text())
+    best = json.loads((run / "best.json").read_text())
+    scores = {int(k): v for k, v in best["scores"].items()}
+    assert scores == {2: window_mean(history, 1, 2), 4: window_mean(history, 3, 4)}
+    top = max(scores.values())
+    assert best["best"]["score"] == top and best["final"] == {"step": 4, "score": scores[4], "path": str(run / "final")}
+    # the earliest checkpoint with the top score (a later tie does not replace it; the final one is kept as best
+    # only when it scores higher than every saved one)
+    step = min(s for s, v in scores.items() if v == top)
+    assert best["best"]["step"] == step
+    source = run / ("final" if step == 4 else f"checkpoint-{step}")
+    assert best["best"]["source"] == str(source)
+    exported, original = load_file(run / "best" / "model.safetensors"), load_file(source / "model.safetensors")
+    assert exported.keys() == original.keys() and all(exported[k].equal(original[k]) for k in exported)
+    for f in ("config.json", "tokenizer.json", "chat_template.jinja", "memstate.json", "README.md"):
+        assert (run / "best" / f).is_file(), f"best/{f} missing"
+    assert not list((run / "best").glob("optimizer*")) and not (run / "best" / "trainer_state.json").exists()
+    assert f"step {step} of 4" in (run / "best" / "README.md").read_text()
+
+
 def test_resume_continues_from_last_checkpoint(trained):
     tmp, common = trained
     run = tmp / "run"
@@ -73,6 +99,15 @@ def test_resume_continues_from_last_checkpoint(trained):
     assert history[0].get("resume_marker") == 1
     assert [e["step"] for e in history if "reward" in e] == [1, 2, 3, 4, 5, 6]
     assert (run / "checkpoint-6" / "memstate.json").is_file()
+    # Checkpoint rotation (save_total_limit 2) keeps the latest and the best; the resumed run knew the best so far.
+    best = json.loads((run / "best.json").read_text())
+    scores = {int(k): v for k, v in best["scores"].items()}
+    assert set(scores) == {2, 4, 6}
+    assert best["best"]["step"] == min(s for s, v in scores.items() if v == max(scores.values()))
+    kept = sorted(int(p.name.split("-")[1]) for p in run.glob("checkpoint-*"))
+    assert 6 in kept and len(kept) <= 2
+    if best["best"]["step"] != 6:
+        assert best["best"]["step"] in kept, (best, kept)
 
 
 def test_resume_without_checkpoint_is_a_clear_error(trained, tmp_path, capsys):
@@ -91,7 +126,7 @@ def test_eval_runs_every_condition_and_writes_three_reports(trained):
     report = json.loads((out / "report.json").read_text())
     n_test = sum(1 for _ in open(tmp / "data" / "test.jsonl"))
     assert report["conditions"] == ["no_state", "self_guide", "checkpoint", "self_recheck"]
-    assert report["prompt_version"] == PROMPT_VERSION and report["checkpoint"].endswith("final")
+    assert report["prompt_version"] == PROMPT_VERSION and report["checkpoint"].endswith("best")  # a run dir: its best/
     assert report["base_policy"] == str(json.loads((tmp / "run/final/memstate.json").read_text())["policy_model"])
     overall = report["metrics"]["overall"]
     assert overall["n"] == n_test == len(report["records"])

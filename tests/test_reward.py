@@ -197,3 +197,26 @@ def test_unscorable_completions_get_none_and_are_counted(responder, fever_train)
                  log_metric=metrics.__setitem__, **columns([insts[0], insts[1], insts[1]]))  # fmt: skip
     assert out == [-1.0, None, None]
     assert metrics["memstate/unscorable"] == 2.0 and reward.unscorable == 2
+
+
+def test_a_completion_cut_off_at_the_token_limit_fails_the_format_gate(responder, fever_train):
+    # A state cut off at max_completion_length is unfinished, whatever its text: were it scored, writing until the
+    # limit would be a way around the rule-count check (a run-on state that happens to hold 2-4 '- ' lines passes).
+    inst = fever_train[0]
+    state = good_state(inst)
+    counting = CountingResponder(responder)
+    metrics = {}
+    reward = CounterfactualGainReward(counting, stop_token_ids={0, 2})
+    out = reward(
+        prompts=[None] * 3,
+        completions=[state] * 3,
+        completion_ids=[[7, 8, 2], [7, 8, 9], [7, 8, 0]],  # ended (eos), cut off, ended (pad)
+        log_metric=metrics.__setitem__,
+        **columns([inst] * 3),
+    )
+    assert out[1] == -1.0 and out[0] == out[2] != -1.0
+    assert metrics["memstate/cut_off_rate"] == pytest.approx(1 / 3)
+    assert metrics["memstate/format_rate"] == pytest.approx(2 / 3)
+    # without the trainer's stop ids (a reward called outside GRPO) nothing is taken for cut off
+    plain = CounterfactualGainReward(responder)
+    assert plain(prompts=[None], completions=[state], completion_ids=[[7, 8, 9]], **columns([inst]))[0] != -1.0

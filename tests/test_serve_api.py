@@ -129,6 +129,20 @@ def test_a_reply_failing_the_format_twice_is_answered_without_rules():
     assert 'memstate_api_requests_total{path="/v1/reasoning-state",status="200"} 1.0' in metrics
 
 
+def test_a_reply_cut_off_at_max_tokens_is_no_state_and_is_asked_for_again():
+    # vLLM says finish_reason "length" when it stopped at max_tokens: the text may look like a state, but its last
+    # rule is unfinished, and training scores such a completion as a format failure too.
+    cut = httpx.Response(200, json={"choices": [{"index": 0, "finish_reason": "length",
+                                                 "message": {"role": "assistant", "content": GOOD}}]})  # fmt: skip
+    with client(ScriptedPolicy(cut, GOOD)) as api:
+        body = post(api, payload()).json()
+    assert body["format_ok"] and body["attempts"] == 2
+    with client(ScriptedPolicy(cut)) as api:
+        body = post(api, payload()).json()
+    assert not body["format_ok"] and body["rules"] == []
+    assert body["format_error"] == "cut off at the token limit before the state ended"
+
+
 def test_malformed_json_is_400():
     with client(ScriptedPolicy()) as api:
         reply = api.post(

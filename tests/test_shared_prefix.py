@@ -236,7 +236,7 @@ def test_training_matches_trl_with_checkpointing_regrouping_and_two_iterations(t
                     "--gradient_accumulation_steps", "2",
                     "--steps_per_generation", "2",
                     "--num_iterations", "2",
-                    "--gradient_checkpointing", "true",
+                    "--activation_checkpointing", "true",
                     "--beta", "0.1",  # a KL term the loss feels: the reference log-probs are compared too
                     "--save_strategy", "no",
                     "--report_to", "none",

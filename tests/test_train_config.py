@@ -64,3 +64,39 @@ def test_sleep_mode_is_refused_on_cpu_before_anything_loads(tiny_models, tmp_pat
             "--vllm_enable_sleep_mode", "true"]  # fmt: skip
     assert main(argv) == 2
     assert "no sleep mode on CPU" in capsys.readouterr().err
+
+
+def test_the_configs_use_the_current_checkpointing_name_and_load_without_a_deprecation_warning(recwarn):
+    # transformers 5.24 renamed gradient_checkpointing to activation_checkpointing and warns on the old name; 5.17 (the
+    # vLLM venv's) knows only the old one, which the parser then reads the new name as.
+    from memstate.train.config import parse_train_args
+
+    for name, expected in (("qwen3_4b_8gpu.yaml", True), ("tiny_cpu.yaml", False)):
+        text = (ROOT / "configs" / "train" / name).read_text()
+        assert "\nactivation_checkpointing:" in text and "\ngradient_checkpointing:" not in text
+        *_, config = parse_train_args(["--config", str(ROOT / "configs" / "train" / name), "--use_cpu", "true",
+                                       "--bf16", "false"])  # fmt: skip
+        assert config.gradient_checkpointing is expected
+    *_, config = parse_train_args(["--config", str(QWEN), "--activation-checkpointing", "false", "--use_cpu", "true",
+                                   "--bf16", "false"])  # fmt: skip
+    assert config.gradient_checkpointing is False
+    assert not [w for w in recwarn if "checkpointing" in str(w.message)], [str(w.message) for w in recwarn]
+
+
+def test_dry_run_without_the_hub_checks_what_it_can_and_says_what_it_could_not(fever_data, capsys, monkeypatch):
+    # A login node or CI: the production policy is a Hub id that is neither cached nor reachable.
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_HOME", "/nonexistent-hf-home")
+    assert main(["train", "--config", str(QWEN), "--dry-run", "--world-size", "8", "--data_dir", str(fever_data)]) == 0
+    report = dict(line.split(None, 1) for line in capsys.readouterr().out.strip().splitlines())
+    assert report["completions_per_optimizer_step"] == "1024" and report["vllm"] == "colocate"
+    assert "Qwen/Qwen3-4B-Instruct-2507" in report["not_checked"] and "KV cache" in report["not_checked"]
+    assert "prompt_tokens_max" not in report and "kv_cache_kib_per_token" not in report
+
+
+def test_dry_run_of_a_missing_local_policy_is_an_error(fever_data, tmp_path, capsys):
+    argv = ["train", "--config", str(QWEN), "--dry-run", "--data_dir", str(fever_data),
+            "--policy_model", str(tmp_path / "policy")]  # fmt: skip
+    # A path, not a Hub id that may be out of reach: a typo there is an error, not "not checked".
+    assert main(argv) == 2
+    assert "policy_model" in capsys.readouterr().err

@@ -43,6 +43,11 @@ class MemstateTrainArguments:
         },
     )
     format_warmup_learning_rate: float = field(default=1e-3, metadata={"help": "Learning rate of the warm-up."})
+    format_warmup_lr_scheduler_type: str = field(
+        default="linear",
+        metadata={"help": "Schedule of the warm-up's rate (a transformers scheduler name); decaying it lets the "
+                  "last steps settle the format instead of leaving it noisy."},
+    )  # fmt: skip
     max_prompt_tokens: int = field(
         default=DEFAULT_MAX_PROMPT_TOKENS,
         metadata={"help": "Policy prompt budget: facts are dropped from the end to fit; the question never is."},

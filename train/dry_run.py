@@ -4,6 +4,7 @@ arithmetic a launch will follow. Runs on CPU for the production configs."""
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 from memstate.train.config import MemstateTrainArguments, load_train_instances
 from transformers import AutoConfig, AutoTokenizer
@@ -59,22 +60,48 @@ def batch_arithmetic(config: GRPOConfig, n_instances: int, world_size: int) -> d
     }
 
 
+def hub_files_unavailable(policy_model: str) -> str | None:
+    """Why the tokenizer and config of a Hub policy cannot be read here (offline and not in the local cache), or None.
+
+    A local path is always read (a typo there is an error); a Hub id on a machine without the Hub — a login node, CI —
+    leaves the token counts and the KV-cache figures unchecked instead of failing the whole dry run.
+    """
+    if Path(policy_model).exists():
+        return None
+    if policy_model.startswith(("/", ".", "~")) or policy_model.count("/") != 1:  # a path, not an org/name Hub id
+        raise ConfigError(f"policy_model: {policy_model}: no such directory")
+    try:
+        AutoConfig.from_pretrained(policy_model)
+        AutoTokenizer.from_pretrained(policy_model)
+    except OSError as e:
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        return f"{policy_model} is neither a local directory nor reachable on the Hub from here ({first})"
+    return None
+
+
 def dry_run(script_args: MemstateTrainArguments, config: GRPOConfig, world_size: int) -> dict:
     """Load the data and the tokenizer (no weights), measure prompt lengths, and return the arithmetic."""
     instances = load_train_instances(script_args)
     if not instances:
         raise ConfigError(f"{script_args.data_dir}: split {script_args.train_split!r} is empty")
+    report = batch_arithmetic(config, len(instances), world_size)
+    report |= {
+        "max_prompt_tokens": script_args.max_prompt_tokens,
+        "max_completion_length": config.max_completion_length,
+    }
+    unavailable = hub_files_unavailable(script_args.policy_model)
+    if unavailable:
+        unchecked = "prompt token counts, chat template, shared-prefix saving, KV cache per token"
+        report |= {"not_checked": f"{unchecked}: {unavailable}; run where the Hub (or its cache) is reachable"}
+        return report | ({"vllm": config.vllm_mode} if config.use_vllm else {"vllm": "off (transformers generate)"})
     tokenizer = AutoTokenizer.from_pretrained(script_args.policy_model)
     if tokenizer.chat_template is None:
         raise ConfigError(f"{script_args.policy_model}: the tokenizer has no chat template")
     lengths = sorted(prompt_tokens(tokenizer, inst) for inst in instances)
-    report = batch_arithmetic(config, len(instances), world_size)
     report |= {
         "prompt_tokens_max": lengths[-1],
         "prompt_tokens_p50": lengths[len(lengths) // 2],
         "prompts_over_budget": sum(n > script_args.max_prompt_tokens for n in lengths),
-        "max_prompt_tokens": script_args.max_prompt_tokens,
-        "max_completion_length": config.max_completion_length,
     }
     report |= shared_prefix_saving(script_args, config, lengths)
     return report | vllm_settings(script_args.policy_model, config)

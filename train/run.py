@@ -8,7 +8,9 @@ from __future__ import annotations
 import json
 import logging
 import os
+import shutil
 import time
+import warnings
 from contextlib import contextmanager
 from dataclasses import asdict
 from pathlib import Path
@@ -17,6 +19,7 @@ import torch
 from accelerate.utils import gather_object
 from memstate.reward.cache import BaselineCache
 from memstate.reward.counterfactual import CounterfactualGainReward, RewardConfig
+from memstate.train.best import METRIC, BestCheckpointCallback, checkpoint_scores, save_interval
 from memstate.train.config import MemstateTrainArguments, load_train_instances
 from memstate.train.curves import plot_training_curves
 from memstate.train.data import grpo_dataset
@@ -118,6 +121,91 @@ class WriteMetadataCallback(TrainerCallback):
                 self.metadata.write(ckpt)
 
 
+def merge_adapter(base_policy: str, adapter_dir: Path, out_dir: Path, dtype: torch.dtype) -> None:
+    """Merge LoRA adapters onto a freshly loaded base model and save a plain model (what vLLM serves)."""
+    with outside_zero3():
+        base = AutoModelForCausalLM.from_pretrained(base_policy, dtype=dtype)
+    PeftModel.from_pretrained(base, adapter_dir).merge_and_unload().save_pretrained(out_dir)
+
+
+def finish_export(
+    model_dir: Path, tokenizer, metadata: CheckpointMetadata, log_history: list[dict], note: str = ""
+) -> None:
+    """Tokenizer, chat template, ``memstate.json`` and a model card next to exported weights."""
+    tokenizer.save_pretrained(model_dir)
+    metadata.write(model_dir)
+    (model_dir / "README.md").write_text(model_card(metadata, log_history) + note)
+
+
+# What a Trainer checkpoint holds besides the model: optimizer, scheduler, RNG and trainer state, DeepSpeed shards.
+_TRAINING_STATE = ("optimizer", "scheduler", "rng_state", "trainer_state", "global_step", "latest", "zero_to_fp32")
+
+
+def export_best(
+    state,
+    grpo_config: GRPOConfig,
+    base_policy: str,
+    final_dir: Path,
+    tokenizer,
+    metadata: CheckpointMetadata,
+    dtype: torch.dtype,
+) -> dict:
+    """Write ``best/`` (the checkpoint with the highest windowed training reward, ``train/best.py``; the final model
+    when it scores higher than every checkpoint) and ``best.json`` (each checkpoint's score, the best, the final)."""
+    output_dir = final_dir.parent
+    interval = save_interval(grpo_config)
+    saved = sorted({*range(interval, state.global_step + 1, interval)}) if grpo_config.save_strategy == "steps" else []
+    scores = checkpoint_scores(state.log_history, saved + [state.global_step], interval)
+    final_score = scores[state.global_step]
+    report = {
+        "metric": f"mean training {METRIC} over the {interval} steps up to a checkpoint",
+        "scores": {str(k): v for k, v in scores.items()},
+        "final": {"step": state.global_step, "score": final_score, "path": str(final_dir)},
+        "best": None,
+    }
+    best_step, best_score, best_ckpt = state.best_global_step, state.best_metric, state.best_model_checkpoint
+    if best_step is None or (final_score is not None and final_score > best_score):
+        best_step, best_score, best_ckpt = state.global_step, final_score, None
+    best_dir = output_dir / "best"
+    shutil.rmtree(best_dir, ignore_errors=True)
+    if best_score is None:
+        report["why_no_best"] = f"no {METRIC} was logged"
+    elif best_ckpt is None:  # the final model is the best
+        shutil.copytree(final_dir, best_dir, ignore=shutil.ignore_patterns("eval-*"))
+    else:
+        source = Path(best_ckpt)
+        adapter = (source / "adapter_config.json").is_file()
+        weights = list(source.glob("*.safetensors")) + list(source.glob("pytorch_model*.bin"))
+        if not source.is_dir():
+            report["why_no_best"] = f"{source} is gone (removed outside the trainer's checkpoint rotation)"
+            best_score = None
+        elif not weights:  # e.g. ZeRO-3 without zero3_save_16bit_model: only DeepSpeed shards were saved
+            report["why_no_best"] = f"{source} holds no consolidated weights (set zero3_save_16bit_model: true)"
+            best_score = None
+        elif adapter:
+            merge_adapter(base_policy, source, best_dir, dtype)
+        else:
+            shutil.copytree(
+                source, best_dir, ignore=lambda _, names: [n for n in names if n.startswith(_TRAINING_STATE)]
+            )
+        if best_score is not None:
+            note = f"\nBest checkpoint by training reward: step {best_step} of {state.global_step} ({source.name}).\n"
+            finish_export(best_dir, tokenizer, metadata, state.log_history, note)
+    if best_score is not None:
+        report["best"] = {
+            "step": best_step,
+            "score": best_score,
+            "path": str(best_dir),
+            "source": str(best_ckpt or final_dir),
+        }
+        logger.info("best: step %d (%s %.3f) -> %s; final: step %d (%s)", best_step, METRIC, best_score, best_dir,
+                    state.global_step, "n/a" if final_score is None else f"{final_score:.3f}")  # fmt: skip
+    else:
+        logger.warning("no best/ exported: %s", report["why_no_best"])
+    (output_dir / "best.json").write_text(json.dumps(report, indent=2))
+    return report
+
+
 def latest_checkpoint(output_dir: str | Path) -> Path | None:
     ckpts = [p for p in Path(output_dir).glob("checkpoint-*") if p.name.split("-")[-1].isdigit()]
     return max(ckpts, key=lambda p: int(p.name.split("-")[-1]), default=None)
@@ -170,6 +258,7 @@ def train(
                     warm_dir,
                     steps=script_args.format_warmup_steps,
                     learning_rate=script_args.format_warmup_learning_rate,
+                    lr_scheduler_type=script_args.format_warmup_lr_scheduler_type,
                     seed=grpo_config.seed,
                     use_cpu=grpo_config.use_cpu,
                 )
@@ -190,7 +279,7 @@ def train(
             args=grpo_config,
             train_dataset=dataset,
             processing_class=tokenizer,
-            callbacks=[WriteMetadataCallback(metadata)],
+            callbacks=[WriteMetadataCallback(metadata), BestCheckpointCallback()],
             peft_config=lora_config(script_args),
         )
         if script_args.shared_prefix_training:
@@ -201,34 +290,41 @@ def train(
             )
         else:
             trainer = GRPOTrainer(**trainer_kwargs)
+        if os.environ.get("WANDB_MODE") == "offline":
+            # TRL rewrites its generic model card in the run dir at every checkpoint and asks wandb for the run's URL
+            # for it; an offline run has none, and wandb warns each time. final/ and best/ get memstate's own card.
+            trainer.create_model_card = lambda *args, **kwargs: None
+        # TRL's end-of-sequence ids (and pad, as its mask_truncated_completions reads them): a completion that ends
+        # on none of them was cut off at max_completion_length, and the reward's format gate refuses it.
+        reward.stop_token_ids = {t for t in [*trainer.eos_token_ids, tokenizer.pad_token_id] if t is not None}
         if script_args.check_vllm_weights:
             from memstate.train.vllm_sync import VLLMWeightCheck
 
             VLLMWeightCheck(trainer)  # wraps trainer.vllm_generation.sync_weights
 
-    with timers("grpo"):
+    with timers("grpo"), warnings.catch_warnings():
+        # TRL 1.16 reads the model's old `is_gradient_checkpointing` name at every step (transformers 5.24 warns);
+        # not this project's to rename.
+        warnings.filterwarnings("ignore", message="`is_gradient_checkpointing` is deprecated", category=FutureWarning)
         trainer.train(resume_from_checkpoint=True if resume else grpo_config.resume_from_checkpoint)
 
     final_dir = output_dir / "final"
+    dtype = torch.bfloat16 if grpo_config.bf16 else torch.float32
     with timers("save_final"):
         if script_args.use_peft:
             # vLLM serves a plain model: merge the adapters into a whole base model (under ZeRO-3 the trained
             # one is partitioned across ranks); keep the adapter alone next to it.
             trainer.save_model(str(output_dir / "final-adapter"))
             if trainer.accelerator.is_main_process:
-                with outside_zero3():
-                    base = AutoModelForCausalLM.from_pretrained(
-                        policy, dtype=torch.bfloat16 if grpo_config.bf16 else torch.float32
-                    )
-                merged = PeftModel.from_pretrained(base, output_dir / "final-adapter").merge_and_unload()
-                merged.save_pretrained(final_dir)
+                merge_adapter(policy, output_dir / "final-adapter", final_dir, dtype)
             trainer.accelerator.wait_for_everyone()
         else:
             trainer.save_model(str(final_dir))  # ZeRO-3: gathers a 16-bit consolidated model when configured
         if trainer.accelerator.is_main_process:
-            tokenizer.save_pretrained(final_dir)
-            metadata.write(final_dir)
-            (final_dir / "README.md").write_text(model_card(metadata, trainer.state.log_history))
+            finish_export(final_dir, tokenizer, metadata, trainer.state.log_history)
+    with timers("save_best"):
+        if trainer.accelerator.is_main_process:
+            export_best(trainer.state, grpo_config, policy, final_dir, tokenizer, metadata, dtype)
     per_rank = gather_object([{"responder_prompts": reward.responder_prompts, "unscorable": reward.unscorable}])
     if not trainer.accelerator.is_main_process:
         return final_dir

@@ -15,6 +15,7 @@ from datasets import Dataset
 from transformers import AutoModelForCausalLM, AutoTokenizer
 from trl import SFTConfig, SFTTrainer
 
+from memstate.parsing import activation_checkpointing
 from memstate.prompts import policy_messages
 from memstate.schema import Instance
 
@@ -92,7 +93,7 @@ def format_warmup(
         use_cpu=use_cpu,
         # Recomputing activations in the backward pass saves memory a GPU run may need; on CPU (the tiny models) it
         # only costs time: ~a quarter of a training step.
-        gradient_checkpointing=not use_cpu,
+        **activation_checkpointing(not use_cpu),
         seed=seed,
         bf16=False,
     )

@@ -33,7 +33,7 @@ from memstate.errors import ConfigError
 from memstate.parsing import StageParser
 from memstate.prompts import DEFAULT_MAX_PROMPT_TOKENS, PROMPT_VERSION, Message, responder_messages
 from memstate.responder_config import ResponderConfig, make_responder
-from memstate.rules import FormatError, parse_state, strip_think
+from memstate.rules import FormatError, parse_completion, strip_think
 from memstate.schema import Fact, Instance
 
 logger = logging.getLogger("memstate.evaluate.memsyco")
@@ -138,7 +138,9 @@ def _answers(responder: Any, prompts: list[list[Message]], config: MemSycoEvalCo
     return out
 
 
-def _policy_states(config: MemSycoEvalConfig, instances: list[Instance]) -> tuple[list[str], dict[str, Any]]:
+def _policy_states(
+    config: MemSycoEvalConfig, instances: list[Instance]
+) -> tuple[list[str], list[bool], dict[str, Any]]:
     from memstate.evaluate.run import EvalConfig, generate_states, resolve_checkpoint
 
     checkpoint = resolve_checkpoint(config.checkpoint)
@@ -152,7 +154,7 @@ def _policy_states(config: MemSycoEvalConfig, instances: list[Instance]) -> tupl
         # Prompts cut to the budget training cut them to.
         max_prompt_tokens=trained.max_prompt_tokens if trained else DEFAULT_MAX_PROMPT_TOKENS,
     )
-    states, truncated = generate_states(checkpoint, instances, sampling)
+    states, cut, truncated = generate_states(checkpoint, instances, sampling)
     info = {
         "checkpoint": str(checkpoint),
         "checkpoint_prompt_version": trained.prompt_version if trained else None,
@@ -162,7 +164,7 @@ def _policy_states(config: MemSycoEvalConfig, instances: list[Instance]) -> tupl
         "max_prompt_tokens": sampling.max_prompt_tokens,
         "prompts_truncated": truncated,
     }
-    return states, info
+    return states, cut, info
 
 
 def _rate(values: list[int | bool]) -> float | None:
@@ -381,11 +383,12 @@ def evaluate_memsyco(config: MemSycoEvalConfig) -> Path:
 
     policy_info = None
     states: list[str] = []
+    cut: list[bool] = []
     if config.checkpoint:  # states first: the policy is freed before the responder loads
-        states, policy_info = _policy_states(config, instances)
+        states, cut, policy_info = _policy_states(config, instances)
     responder = make_responder(config)
     conditions: dict[str, list[tuple[str, ...] | None]] = {"no_state": [None] * len(instances)}
-    parsed = [parse_state(t) for t in states]
+    parsed = [parse_completion(t, cut_off=c) for t, c in zip(states, cut, strict=True)]
     if config.checkpoint:
         conditions["checkpoint"] = [None if isinstance(s, FormatError) else s.rules for s in parsed]
 
