@@ -21,13 +21,14 @@ $(BIN)/memstate: pyproject.toml
 
 setup: $(BIN)/memstate
 
-# The main job on the embedded default: tiny random models, FEVER fixtures, GRPO on CPU, evaluation.
+# The main job on the embedded default: tiny random models, FEVER fixtures, GRPO on CPU, evaluation of the best and
+# the final checkpoint. `memstate demo` runs (and prints) these commands, times them and writes runs/demo/summary.md:
+#   memstate tiny-models --out runs/tiny-models
+#   memstate build-data --config configs/data/fever_fixture.yaml --out runs/data/fever_fixture
+#   memstate train --config configs/train/tiny_cpu.yaml
+#   memstate eval --checkpoint runs/train/tiny_cpu/best --split test --temperature 1.0   (and .../final)
 demo: setup
-	$(BIN)/memstate tiny-models --out runs/tiny-models
-	$(BIN)/memstate build-data --config configs/data/fever_fixture.yaml --out runs/data/fever_fixture
-	$(BIN)/memstate train --config configs/train/tiny_cpu.yaml
-	# Sampled as in training (T=1.0): under the serve default (T=0.3) the tiny policy degenerates ("the the the").
-	$(BIN)/memstate eval --checkpoint runs/train/tiny_cpu --split test --temperature 1.0
+	$(BIN)/memstate demo
 
 test: setup
 	$(BIN)/python -m pytest

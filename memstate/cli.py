@@ -34,6 +34,9 @@ class Command:
 
 
 COMMANDS: tuple[Command, ...] = (
+    Command("demo", "The main job on the embedded default (make demo): tiny models, FEVER fixtures, GRPO on CPU, "
+            "evaluation of the best and the final checkpoint, a summary.", "memstate.experiment.demo",
+            example="memstate demo --out runs/demo"),
     Command("tiny-models", "Build the tiny random-init policy, responder and tokenizer.", "memstate.cli",
             "tiny_models_parser", "tiny_models", example="memstate tiny-models --out runs/tiny-models"),
     Command("build-data", "Build the Instance dataset from raw source files.", "memstate.data_build.build",

@@ -1,0 +1,78 @@
+"""README.md's fenced shell blocks, as tests/test_readme.py runs them.
+
+A block's info string is its language and, optionally, one tag saying why it is only syntax-checked:
+```` ```bash ```` runs; ```` ```bash gpu ```` (and the other ``SYNTAX_ONLY`` tags) is checked with ``bash -n``.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+README = ROOT / "README.md"
+SHELLS = {"bash", "sh", "shell"}
+SYNTAX_ONLY = {
+    "gpu": "needs GPUs, real weights or a cluster",
+    "data": "needs the full public datasets, downloaded by the user (nothing is fetched)",
+    "server": "starts servers that run until stopped (the vllm/colocate CI steps and tests/test_serve_api.py run them)",
+    "long": "runs for many minutes: the sycophancy experiment (CI runs it as its own step, pytest -m experiment), "
+    "the whole MemSyco-Bench ingest and the full retrieval sweep (their figures are in the README)",
+}
+# The suite this test belongs to: CI runs it as its own step (.ci/run), so the README test does not recurse into it.
+TEST_COMMAND = "make test"
+# A fence may be indented (a block inside a list item); its closing fence has the same indentation.
+_FENCE = re.compile(r"^([ \t]*)```(\S*)[ \t]*(.*?)\n(.*?)^\1```[ \t]*$", re.M | re.S)
+
+
+@dataclass(frozen=True)
+class Block:
+    line: int  # of the opening fence, 1-based
+    language: str
+    tag: str | None
+    code: str
+
+    @property
+    def runs(self) -> bool:
+        return self.tag is None
+
+    @property
+    def commands(self) -> str:
+        """The code without the test-suite command (see ``TEST_COMMAND``)."""
+        return "".join(
+            line for line in self.code.splitlines(keepends=True) if line.split("#")[0].strip() != TEST_COMMAND
+        )
+
+    def __str__(self) -> str:
+        return f"README.md:{self.line} ({self.tag or 'run'})"
+
+
+def shell_blocks(text: str | None = None) -> list[Block]:
+    """The shell blocks of the README (or of ``text``), in order."""
+    text = README.read_text() if text is None else text
+    blocks = []
+    for m in _FENCE.finditer(text):
+        if m.group(2) in SHELLS:
+            line = text.count("\n", 0, m.start()) + 1
+            blocks.append(Block(line, m.group(2), m.group(3).strip() or None, m.group(4)))
+    return blocks
+
+
+DEMO_SECTION = re.compile(r"(<!-- demo-summary: begin -->\n)(.*?)(<!-- demo-summary: end -->)", re.S)
+
+
+def update_demo_section(summary_md: Path) -> None:
+    """Replace README.md's demo section with a demo run's summary.md (``make demo`` writes runs/demo/summary.md)."""
+    text = README.read_text()
+    if not DEMO_SECTION.search(text):
+        raise SystemExit("README.md has no <!-- demo-summary: begin --> ... <!-- demo-summary: end --> section")
+    README.write_text(DEMO_SECTION.sub(lambda m: m.group(1) + summary_md.read_text() + m.group(3), text))
+
+
+if __name__ == "__main__":
+    if len(sys.argv) != 3 or sys.argv[1] != "--update":
+        raise SystemExit("usage: python tests/readme_blocks.py --update runs/demo/summary.md")
+    update_demo_section(Path(sys.argv[2]))
+    print(f"README.md: demo section now holds {sys.argv[2]}")
