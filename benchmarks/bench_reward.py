@@ -147,6 +147,7 @@ def main() -> None:
             Path(tmp) / "warm",
             steps=train_config["format_warmup_steps"],
             learning_rate=train_config["format_warmup_learning_rate"],
+            lr_scheduler_type=train_config.get("format_warmup_lr_scheduler_type", "linear"),
             seed=train_config["seed"],
             use_cpu=True,
         )

@@ -147,6 +147,9 @@ def test_rewards_come_from_the_served_responder(run):
         assert all(key in e for e in steps), key
     assert "'reward':" in output and "'rewards/CounterfactualGainReward/mean':" in output
     assert stats["responder_prompts"] > 0 and stats["http"], stats
+    # vLLM's completion ids end on the end-of-sequence token when a state ends (as transformers' do): the reward's
+    # cut-off gate (a completion ending on no such id) must not take every vLLM completion for cut off.
+    assert any(e["memstate/cut_off_rate"] < 1 for e in steps), [e["memstate/cut_off_rate"] for e in steps]
 
 
 def test_checkpoints_and_resume(run):
