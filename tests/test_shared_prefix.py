@@ -231,7 +231,11 @@ def test_training_matches_trl_with_checkpointing_regrouping_and_two_iterations(t
                     "--output_dir", str(out),
                     "--max_steps", "4",
                     "--logging_steps", "1",
-                    "--max_completion_length", "24",
+                    # a policy that ends some states and not others within the budget: rewards vary (a state cut
+                    # off at the limit scores -1), so there is a gradient to compare
+                    "--format_warmup_steps", "30",
+                    "--format_warmup_lr_scheduler_type", "constant",
+                    "--max_completion_length", "48",
                     "--per_device_train_batch_size", "4",
                     "--gradient_accumulation_steps", "2",
                     "--steps_per_generation", "2",
