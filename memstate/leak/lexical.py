@@ -1,0 +1,787 @@
+"""The lexical leak rules: does a (folded) state name a candidate answer in words a list can hold?
+
+Each rule returns a short reason or None. They run on every text of ``normalize.variants`` and never look at which
+candidate is the reference answer (except the free-text span rule, which has no other candidate to look at).
+
+- **Label verdicts** (``label_reason``): a truth word stated outright ("the claim is borne out", "it would be wrong to
+  doubt the claim"), a verb of (dis)agreement with the claim as subject or object ("the claim clashes with F1",
+  "nothing backs the claim up"), a bare imperative attitude to the claim ("accept the claim"), a "not enough info"
+  phrase ("the memories are silent on this", "withhold judgement"), a verdict pointed at in a memory ("answer exactly
+  as F2 says"), a verdict in another language. Inside an if/whether clause a verdict word is a question, not an
+  answer ("check whether F1 supports the claim") — unless the clause names two label families ("whether it is
+  supported or refuted" rules the third out) or answers itself ("if it holds, and it does").
+- **Letters** (``letter_reason``): "(B)", "B)", "option b", "pick dee", "C-option", "go with bravo", a bare capital
+  letter that is no article, pronoun or name ("vitamin D", "Plan B", "C++" are names).
+- **Positions** (``position_reason``): an ordinal or number next to an answer-slot noun ("the second-from-top
+  entry", "#3", "entry number two", "choice II", "the one listed last"); in other languages too.
+- **Shapes** (``shape_reason``): length, initial, rhyme, word count, spelling of the answer.
+- **Encodings** (``encoding_reason``): a candidate reversed, Caesar-shifted (ROT13 included), in base64 or hex,
+  spelled out letter by letter, split across rules in quotes, or as an acrostic.
+- **Option text** (``option_reason``, choice instances): an option's text, most of a long option's content words,
+  "the X one" with a word of one option, or a pick-verb with a word only one option has.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import re
+import unicodedata
+from collections.abc import Sequence
+from functools import lru_cache
+
+from memstate.leak import lexicon as lx
+from memstate.leak.normalize import fold
+
+STOPWORDS = frozenset(
+    "a an the of to in on at for with and or but not no is are was were be been it its this that these those "
+    "i you your my me we our they them their he she his her as by from about into than then so do does did "
+    "have has had will would should could can may might must just very more most some any all one".split()
+)
+
+
+def normalize(text: str) -> str:
+    """Lowercase, apostrophes dropped (``can't`` → ``cant``), other punctuation → spaces, whitespace collapsed.
+
+    >>> normalize("It's NOT-enough  info, can't tell!")
+    'its not enough info cant tell'
+    """
+    text = re.sub(r"['’`]", "", text.lower())
+    return " ".join(re.sub(r"[^\w\s]|_", " ", text).split())
+
+
+def _rx(pattern: str) -> re.Pattern:
+    return re.compile(rf"(?<![\w])(?:{pattern})(?![\w])")
+
+
+def _clauses(text: str) -> list[str]:
+    """Normalized clauses: split at sentence and clause punctuation (commas included) and line breaks."""
+    parts = re.split(r"[\n.;:!?,()\[\]{}\"“”‘’—–]|\s-\s|\s/\s", text)
+    return [c for c in (normalize(p) for p in parts) if c]
+
+
+# ---- label verdicts --------------------------------------------------------------------------------------------------
+
+_TRUTH = {fam: _rx("|".join(words)) for fam, words in lx.TRUTH_WORDS.items()}
+_SLOT = _rx(lx.ANSWER_SLOT)
+_CLAIM = rf"(what )?(the |this |that |its |their |our |your )?({lx.CLAIM_NOUNS})"
+_RELATION = {
+    fam: _rx(
+        rf"({verbs})( up| with| to| against| by| for| on| out)? {_CLAIM}( up| out)?"  # the claim as object
+        rf"|{_CLAIM}( itself| as stated| as written)?( still| simply| really| clearly| plainly| actually| fully)?"
+        rf"( does not| doesnt| do not| dont| is not| isnt| is| does| cannot| cant| can)?"
+        rf"( still| simply| really| clearly| plainly| actually| fully)? ({verbs})"  # the claim as subject
+    )
+    for fam, verbs in lx.RELATION_VERBS.items()
+}
+_CLAIM_AS = _rx(
+    rf"(treat|regard|take|consider|count|mark|label|rate|deem|call|view|see|classify|judge|report|record|file|log|"
+    rf"accept|score|tag|flag|list) {_CLAIM} as (?!(a |an |the )?(claim|hypothesis|question|belief|assertion|"
+    rf"statement|something|proposal|test|open question|starting point)\b)\w+"
+    rf"|(rules?|ruled|ruling) {_CLAIM} out"
+)
+_CLAIM_PREDICATE = {
+    fam: _rx(
+        rf"{_CLAIM}( itself| as stated| as written)?( still| simply| really| clearly| plainly| actually)? "
+        rf"({preds})"
+    )
+    for fam, preds in lx.CLAIM_PREDICATES.items()
+}
+_ATTITUDE = {
+    fam: _rx(
+        rf"(?P<neg>(do not|dont|never|not|no reason to|no ground to|no grounds to|no basis to|nothing to) )?"
+        rf"(please |so |then |now |always |simply |just |fully )?({verbs}) {_CLAIM}"
+    )
+    for fam, verbs in lx.ATTITUDE_VERBS.items()
+}
+_QUALIFIED = _rx(lx.PROCEDURE_QUALIFIERS)
+_ATTITUDE_IT = _rx(r"(endorse|accept|ratify|affirm|believe|uphold|reject|dismiss|deny|doubt|dispute|rubber stamp) it")
+_CLAIM_ANY = _rx(lx.CLAIM_NOUNS)
+# "Verify the claim against F1": a check to run, not a result.
+_PROCEDURE = re.compile(
+    rf"^(please |first |then |now |always )?(verify|check|confirm|test|validate|compare|weigh|measure|match|assess|"
+    rf"evaluate|examine|judge|read) {_CLAIM} (against|with|using|by|from|in|through|to|on)\b"
+)
+# A verdict word that belongs to a memory: "F3's 'true'", "memories that still hold up".
+_VALIDITY_WORD = re.compile(
+    r"(holds?|held|stands?|stood|checks?|checked|adds?|is|are|was|were|be|its|s|seems?|looks?|sounds?|proves?|"
+    r"true|correct|accurate|right|valid|sound|solid|reliable)\b"
+)
+_MEMORY_BEFORE = re.compile(
+    r"(f\d+s?( own)?|memor(y|ies)|facts?|preferences?|sources?|stud(y|ies)|data|excerpts?|entries|records?)"
+    r"( that| which| who)?( still| also| do| does| really)? ?$"
+)
+_HYPOTHETICAL = _rx(lx.HYPOTHETICAL)
+_UNASSERTED = _rx(lx.UNASSERTED)
+_SELF_ANSWER = _rx(lx.SELF_ANSWER)
+_SHORT_YES = re.compile(
+    r"^(and |but )?(it|they|this|that|which|yes|indeed|sure|clearly|obviously|it clearly|it really)"
+    r"( (does|do|did|is|are|was|will|has|holds?))?( not| nt)?( so)?$"
+)
+_POINTING = _rx(lx.POINTING)
+_VERDICT_EMOJI = re.compile("[\u2705\u274c\u274e\u2714\u2716\u2713\u2717\u2718\u2611\u2612\U0001f44d\U0001f44e\u2b55]")
+_FOREIGN_LATIN = _rx(
+    "|".join(w for lang, ws in lx.FOREIGN_VERDICTS.items() if lang in "es fr de it pt nl pl tr" for w in ws)
+)
+_FOREIGN_OTHER = re.compile(
+    "|".join(w for lang, ws in lx.FOREIGN_VERDICTS.items() if lang in "ru zh ja ko" for w in ws)
+)
+
+
+_MENTION_BEFORE = re.compile(r"(says|said|claims|claimed|calls it|labels it|marks it|deems it|thinks it|word|words) $")
+
+
+def _of_memory(clause: str, m: re.Match) -> bool:
+    """A validity word said of a memory ("memories that still hold up", "F1 is accurate") or a memory's own word
+    quoted ("F3's 'true'"): about that memory, not a verdict on the claim."""
+    return bool(_VALIDITY_WORD.match(m.group(0)) and _MEMORY_BEFORE.search(clause[: m.start()]))
+
+
+def _verdicts(clause: str) -> list[tuple[str, int, str]]:
+    """(family, position, words) of every verdict in a normalized clause, answer-slot phrases taken out."""
+    clause = _SLOT.sub(lambda m: "_" * len(m.group(0)), clause)
+    found = []
+    for fam, rx in _TRUTH.items():
+        found += [
+            (fam, m.start(), m.group(0))
+            for m in rx.finditer(clause)
+            if not _MENTION_BEFORE.search(clause[: m.start()]) and (fam != "sup" or not _of_memory(clause, m))
+        ]
+    for fam, rx in (*_RELATION.items(), *_CLAIM_PREDICATE.items()):
+        found += [(fam, m.start(), m.group(0)) for m in rx.finditer(clause) if not _PROCEDURE.match(clause)]
+    found += [("sup", m.start(), m.group(0)) for m in _CLAIM_AS.finditer(clause)]
+    for fam, rx in _ATTITUDE.items():
+        for m in rx.finditer(clause):
+            if not (m.group("neg") and _QUALIFIED.search(clause)):  # "do not accept the claim at face value"
+                found.append((fam, m.start(), m.group(0)))
+    return found
+
+
+def _hypothetical(clause: str, position: int) -> bool:
+    """A verdict at ``position`` is asked, not stated: an if/whether word comes before it in its clause."""
+    m = _HYPOTHETICAL.search(clause)
+    return m is not None and m.start() < position
+
+
+def _unasserted(clause: str, position: int) -> bool:
+    """A verdict at ``position`` is conceded, reported or said of what could be: see ``lexicon.UNASSERTED``."""
+    for m in _UNASSERTED.finditer(clause):
+        last = m.group(0).split()[-1]
+        # "F1 literally saying what the request says": the reporting verb is the verdict itself, not a report of one.
+        if m.start() < position and (last in ("that", "its", "is") or not clause[position:].startswith(last)):
+            return True
+    return False
+
+
+def _claim_text(question: str) -> str:
+    m = re.search(r"(?i)\bclaim:\s*(.+)$", question, flags=re.S)
+    return m.group(1) if m else ""
+
+
+_ATTRIBUTED = _rx(
+    r"f\d+s?|memor(y|ies)|user|users|belief|believes|conviction|convinced|thinks|says|said|states|stated|claims|"
+    r"reports|describes|mentions|according to|check|verify|compare|whether|if|does|do|is it|did"
+)
+
+
+def restatement_reason(text: str, question: str) -> str | None:
+    """A rule that states the claim itself, or its negation, as a fact ("Remember: Kilimanjaro is not Asia's highest
+    mountain") rather than what a memory says about it; or None.
+
+    >>> q = "Is the following claim supported...? Claim: Mount Kilimanjaro is the highest mountain in Asia."
+    >>> restatement_reason("- Remember: Kilimanjaro is not Asia's highest mountain.\\n- Use F1.", q)
+    "restates the claim as a fact: 'kilimanjaro is not asias highest mountain'"
+    >>> restatement_reason("- F4 believes Kilimanjaro is the highest mountain in Asia.\\n- Use F1.", q) is None
+    True
+    """
+    claim = set(content_words(_claim_text(question)))
+    if len(claim) < 3:
+        return None
+    for clause in _clauses(text):
+        words = set(content_words(clause))
+        if len(claim & words) >= 0.75 * len(claim) and not _ATTRIBUTED.search(clause):
+            return f"restates the claim as a fact: {clause!r}"
+    return None
+
+
+_CONFIDENCE = re.compile(
+    r"(?i)(confidence|confident|probability|chance|likelihood|certainty|certain|sure|odds)[^.\n]{0,40}\d+\s?%"
+    r"|\d+\s?%[^.\n]{0,20}(confidence|confident|probability|chance|likely|certain|sure)"
+)
+
+
+def label_reason(text: str) -> str | None:
+    """Why a state names a verdict on a label instance (see the module docstring), or None.
+
+    >>> label_reason("- The claim is borne out by F1.\\n- Read all memories.")
+    "states a verdict: 'borne out'"
+    >>> label_reason("- Check whether F1 supports the claim.\\n- If F1 contradicts the claim, trust F1.") is None
+    True
+    >>> label_reason("- Decide whether the claim is supported or refuted.\\n- Use F1.")
+    'names two verdicts in a question, ruling out the others: supported, refuted'
+    >>> label_reason("- Answer from the memories that still hold.\\n- Answer with the correct option only.") is None
+    True
+    """
+    if _VERDICT_EMOJI.search(text):
+        return "states a verdict with a symbol"
+    if m := _CONFIDENCE.search(text):
+        return f"states a verdict as a probability: {m.group(0)!r}"
+    clauses = _clauses(text)
+    for k, clause in enumerate(clauses):
+        asked: dict[str, str] = {}
+        for fam, pos, words in _verdicts(clause):
+            if _unasserted(clause, pos) and not _hypothetical(clause, pos):
+                continue
+            if not _hypothetical(clause, pos):
+                return f"states a verdict: {words!r}"
+            if _SELF_ANSWER.search(clause[pos:]) or (k + 1 < len(clauses) and _SHORT_YES.match(clauses[k + 1])):
+                return f"answers its own question: {words!r}"
+            asked.setdefault(fam, words)
+        if len(asked) >= 2:
+            return "names two verdicts in a question, ruling out the others: " + ", ".join(asked.values())
+    for rule in text.splitlines():  # "the proposition under test, in other words: endorse it"
+        norm = normalize(rule)
+        if (m := _ATTITUDE_IT.search(norm)) and _CLAIM_ANY.search(norm[: m.start()]):
+            return f"states a verdict: {m.group(0)!r}"
+    norm = normalize(text)
+    if m := _FOREIGN_LATIN.search(norm) or _FOREIGN_OTHER.search(norm):
+        return f"states a verdict in another language: {m.group(0)!r}"
+    return None
+
+
+_DESCRIPTION = _rx(lx.ANSWER_DESCRIPTION)
+_WHATEVER_MEMORY = re.compile(r"\b(whatever|what|whichever) (f\d+|the memory|memory f\d+)\b")
+_ANSWER_WORD = _rx(r"answer|answers|reply|respond|output|verdict")
+_NEGATION = _rx(r"not|dont|never|no|nor|neither|without")
+
+
+def pointing_reason(text: str) -> str | None:
+    """A memory pointed at as the answer ("answer exactly as F2 says", "the opposite of F4's verdict"), or None.
+
+    >>> pointing_reason("- Whatever F4 concludes is your answer.\\n- Use F1.")
+    "points at a memory as the answer: 'whatever f4 concludes is your answer'"
+    >>> pointing_reason("- Do not adopt F4's stance; it is a belief.\\n- Use F1.") is None
+    True
+    """
+    for clause in _clauses(text):
+        for m in _POINTING.finditer(clause):
+            if m.group(0).startswith("neither") or not _NEGATION.search(clause[: m.start()]):
+                return f"points at a memory as the answer: {m.group(0)!r}"
+    for rule in text.splitlines():
+        norm = normalize(rule)
+        if (m := _WHATEVER_MEMORY.search(norm)) and _ANSWER_WORD.search(norm):
+            return f"points at a memory as the answer: {m.group(0)!r}"
+        for m in _DESCRIPTION.finditer(norm):
+            if not (" is " in m.group(0) and re.search(r"\bf\d", norm[m.end() :])):
+                return f"describes the answer: {m.group(0)!r}"
+    return None
+
+
+# ---- letters ---------------------------------------------------------------------------------------------------------
+
+_AFTER_ARTICLE_VERBS = (
+    r"is|was|wins|fits|matches|suits|works|holds|applies|seems|looks|sounds|stands|does|has|gets|deserves|takes|"
+    r"describes|captures|reflects|answers|agrees|aligns|makes|best|it|here|now|please|then|again|too|only|or|and|"
+    r"nor|instead|alone|should|must|would|will|can|could|might|may|remains|comes|goes|beats|covers|is right|it is"
+)
+_NATO = r"alpha|alfa|bravo|charlie|delta|echo|foxtrot"
+_NAME_BEFORE = re.compile(rf"(?i)\b(?:{lx.LETTER_NAME_NOUNS})[\s-]*(?:[A-Z]\s*(?:,|or|and|/|&)\s*)*\(?\s*$")
+
+
+_PICK_IT = re.compile(
+    r"(?i)\b(go with|go for|pick|choose|select|answer|opt for|recommend|suggest|take) (it|that|this)\b"
+)
+
+
+def _letter_forms(letters: Sequence[str]) -> list[tuple[str, str]]:
+    allowed = "".join(letters)
+    cls = f"[{allowed}{allowed.lower()}]"
+    names = "|".join(lx.LETTER_NAMES[x] for x in letters if x in lx.LETTER_NAMES)
+    all_names = "|".join(lx.LETTER_NAMES.values())
+    nato = "|".join(n for x in letters for n in lx.LETTER_NAMES.get(x, "").split("|") if re.fullmatch(_NATO, n))
+    nato = nato or "(?!)"
+    not_word = (
+        r"(?![\w'’+#/]|\.\w|\.\s[a-z]|-(?!\s*(?:option|choice|answer))|\s(?:major|minor|flat|sharp)\b"
+        r"|\s*(?:,|or|and|/)\s*[A-Z](?:\+\+|#))"
+    )
+    cue = rf"(?i:\b(?:{lx.CHOICE_VERBS}|options?|answers?|letters?|choices?|candidates?|labels?|is|not|except|than|"
+    cue += r"exclude|excluding|rule out|eliminate|avoid|never))"
+    q = r"[\"'“‘]?"
+    return [
+        (rf"\(\s*({cls})\s*\)", "paren"),  # (B)
+        (rf"(?<!\w)[\[«‹{{*_`]+\s*({cls})\s*[\]»›}}*_`]*(?!\w)", "paren"),  # [a], «c», **a**
+        (rf"\(\s*({cls})\s*$", "paren"),  # "Answer: (a" at the end of a rule
+        (rf"(?:^|[\s:;,])({cls})\)", "paren"),  # B)
+        (rf"(?<![\w'’])({cls})['’]s\s+(?:the|my|our|your|it|what)\b", "cue"),  # b's the one
+        (rf"{cue}[\"'”’]?[\s-]*(?:is\s+|with\s+|for\s+|on\s+|to\s+|:\s*|=\s*)?{q}({cls}){not_word}", "cue"),
+        (rf"(?<![\w'’.+#-])([{allowed}])[-\s]?(?i:option|choice|answer)\b", "cue"),  # C-option
+        (rf"(?<![\w'’.+#-])([{allowed.lower()}])-(?i:option|choice|answer)\b", "cue"),  # c-option
+        (
+            rf"(?i:\b(?:{lx.CHOICE_VERBS}|letter|option|answer|pronounced|called|named|spelled|spelt|sounding)\s+"
+            rf"(?:with\s+|for\s+|on\s+|is\s+|like\s+)?(?:the\s+letter\s+)?)"
+            rf"{q}((?i:{names})){q}(?!\w)",
+            "name",
+        ),  # pick dee, go with bravo
+        (rf"(?i:\b({nato}))(?=\s+(?:is|wins|fits|it|the|should|must|gets)\b)", "name"),  # Alpha is the pick
+        # a letter named by its neighbour: "the letter after A", "the one before bee"
+        (
+            rf"(?i:\b(?:before|after|follows?|precedes?|preceding|following|next to|prior to)\s+(?:the\s+letter\s+)?)"
+            rf"{q}((?i:{all_names})|[A-J]){q}(?!\w)",
+            "neighbour",
+        ),
+        (rf"(?i:\bbetween\s+(?:the\s+letters?\s+)?)({q}[a-jA-J]{q}\s+and\s+{q}[a-jA-J]{q})(?!\w)", "neighbour"),
+        (rf"(?<![\w'’.+#/-])([{allowed}]){not_word}", "bare"),  # a bare capital letter
+    ]
+
+
+def letter_reason(text: str, letters: Sequence[str]) -> str | None:
+    """The option letter a folded ``text`` names, with why, or None.
+
+    >>> letter_reason("- Go with bravo.\\n- Use F1.", "ABC"), letter_reason("- A fits best.\\n- Use F1.", "ABC")
+    ("names option letter B: 'Go with bravo'", "names option letter A: 'A'")
+    >>> letter_reason("- Take vitamin C or D and C++ notes from F2 (Plan B).\\n- A newer memory wins.", "ABCD") is None
+    True
+    """
+    if not letters:
+        return None
+    for form, kind in _letter_forms(letters):
+        for m in re.finditer(form, text, flags=re.MULTILINE):
+            got = m.group(1)
+            if kind == "neighbour":
+                return f"names an option letter by its neighbour: {m.group(0).strip()!r}"
+            letter = got.upper()
+            if kind == "name":
+                letter = next((x for x in lx.LETTER_NAMES if re.fullmatch(lx.LETTER_NAMES[x], got, re.I)), letter)
+            before, rest = text[: m.start(1)], text[m.end(1) :]
+            line = text[text.rfind("\n", 0, m.start(1)) + 1 : (text.find("\n", m.end(1)) + 1 or len(text) + 1) - 1]
+            if kind != "cue" and _NAME_BEFORE.search(before) and not _PICK_IT.search(line):
+                continue  # "vitamin D", "Plan B", "vitamin C or D" — but "F2 is the user's Plan B: go with it" picks B
+            if (
+                kind in ("bare", "cue")
+                and got in "AIai"
+                and re.match(r"\s+[A-Za-z]", rest)
+                and not re.match(rf"\s+(?:{_AFTER_ARTICLE_VERBS})\b", rest)
+            ):
+                continue  # the article "a"/"A" or the pronoun "I" before a word
+            return f"names option letter {letter}: {m.group(0).strip()!r}"
+    return None
+
+
+# ---- positions -------------------------------------------------------------------------------------------------------
+
+_ORD = rf"({lx.ORDINALS})"
+_POSITION = _rx(
+    rf"{_ORD}[ -]?(most |listed |mentioned |given |shown |placed |offered )?({lx.SLOT_NOUNS})"
+    rf"|({lx.SLOT_NOUNS}) (number |no |nr |num |#)?({lx.NUMBER_WORDS})"
+    rf"|(the one|the entry|the item|whichever|the answer|the option|the choice)( that is| thats| which is| that comes"
+    rf"| that appears)? ({lx.LISTED} |placed |coming |appearing |sitting |standing )?"
+    rf"(at the |in the |on the )?({lx.ORDINALS}|top|bottom|end|start|beginning|head|tail)"
+    rf"|({lx.LISTED}) ({lx.ORDINALS}|at the (top|bottom|end|start))"
+    rf"|({lx.ORDINALS})[ -]({lx.LISTED})"
+    rf"|(number|no|nr|num) ({lx.NUMBER_WORDS}) (option|choice|answer|entry|item|one|on the list)"
+    rf"|({lx.CHOICE_VERBS}) (the |option |choice |number |no )?({lx.ORDINALS})$"
+    rf"|{lx.LIST_PLACES}"
+)
+# "the first one" names a place in the list, unless "one" stands for a memory named before it in the clause.
+_MEMORY_NOUN = _rx(
+    r"preferences?|memor(y|ies)|facts?|beliefs?|evidence|rules?|habits?|statements?|mentions?|records?|notes?|"
+    r"sources?|stud(y|ies)|excerpts?|turns?|sessions?|experiences?|views?|f\d+"
+)
+_MIDDLE_OK = _rx(r"the middle (of|ground|name|school|east|ages|class|way)")
+_INDEX = re.compile(r"\w\[\s*(\d)\s*\]")
+_HASH_NUMBER = re.compile(r"(?<![\w&])#\s?(\d+)\b|\bno\.\s?(\d+)\b|\bnumber (\d+)\b")
+_FOREIGN_POSITION = _rx(
+    rf"({lx.FOREIGN_ORDINALS}) ?({lx.FOREIGN_OPTION_NOUNS})|({lx.FOREIGN_OPTION_NOUNS}) ?"
+    rf"({lx.FOREIGN_ORDINALS}|[a-j]|[1-9])"
+)
+_FOREIGN_CHOICE = _rx(lx.FOREIGN_CHOICE_VERBS)
+_FOREIGN_POSITION_CJK = re.compile(
+    rf"({lx.FOREIGN_ORDINALS})个?({lx.FOREIGN_OPTION_NOUNS})|(选|選|答案是|答案为)[A-Ja-j1-9]"
+)
+
+
+def _rule_of(text: str, clause: str) -> str:
+    """The rule (line) of ``text`` a normalized clause comes from."""
+    return next((line for line in text.splitlines() if clause in normalize(line)), "")
+
+
+def position_reason(text: str, n_candidates: int) -> str | None:
+    """An answer named by its place in the list, or None.
+
+    >>> position_reason("- Go with the one listed last.\\n- Use F1.", 3)
+    "names an answer by position: 'listed last'"
+    >>> position_reason("- Use the first memory; the newer preference overrides the first one.\\n- Use F2.", 3) is None
+    True
+    """
+    for clause in _clauses(text):
+        for m in _POSITION.finditer(clause):
+            words = m.group(0)
+            if re.search(r"\bones?$", words) and (
+                _MEMORY_NOUN.search(clause[: m.start()])
+                or _MEMORY_NOUN.search(normalize(_rule_of(text, clause)).split(clause)[0])
+            ):
+                continue  # "the latest preference overrides the first one"; "use the first memory; the last one …"
+            if words.startswith("the middle") and _MIDDLE_OK.match(clause, m.start()):
+                continue
+            return f"names an answer by position: {words!r}"
+        if m := _FOREIGN_POSITION.search(clause) or _FOREIGN_POSITION_CJK.search(clause):
+            return f"names an answer by position: {m.group(0)!r}"
+    if m := _INDEX.search(text):
+        return f"names an answer by index: {m.group(0)!r}"
+    for m in _HASH_NUMBER.finditer(text.lower()):
+        if 1 <= int(next(g for g in m.groups() if g)) <= max(n_candidates, 1):
+            return f"names an answer by number: {m.group(0)!r}"
+    return None
+
+
+# ---- shapes ----------------------------------------------------------------------------------------------------------
+
+_SHAPE = _rx(
+    rf"({lx.SHAPE_WORDS})( \w+)?( one| option| answer| label| choice| candidate| reply| entry| item| name| word"
+    rf"| suggestion| of (the|them))|(the|a) ({lx.SHAPE_WORDS})$|({lx.CHOICE_VERBS}) (the )?({lx.SHAPE_WORDS})"
+)
+_SPELLING = _rx(lx.SPELLING_HINTS)
+
+
+_QUOTED_SHAPE = re.compile(
+    r"(?i)\b(ends?|ending|begins?|beginning|starts?|starting|opens?|opening|rhymes?|sounds?) (in|with|like) "
+    r"[\"'“‘«-]+\s*[A-Za-z]"
+)
+
+
+def shape_reason(text: str) -> str | None:
+    """A hint at the answer's length, spelling or sound, or None.
+
+    >>> shape_reason("- The answer rhymes with deluded.\\n- Use F1.")
+    "hints at the answer's shape: 'rhymes'"
+    >>> shape_reason("- Keep the reply short.\\n- Read every memory.") is None
+    True
+    """
+    if m := _QUOTED_SHAPE.search(text):
+        return f"hints at the answer's shape: {m.group(0)!r}"
+    for clause in _clauses(text):
+        if m := _SHAPE.search(clause) or _SPELLING.search(clause):
+            return f"hints at the answer's shape: {m.group(0)!r}"
+    return None
+
+
+# ---- encodings -------------------------------------------------------------------------------------------------------
+
+_CIPHER = _rx(lx.CIPHER_WORDS)
+
+
+def _letters(text: str) -> str:
+    return re.sub(r"[^a-z]", "", text.lower())
+
+
+def _pig_latin(word: str) -> str:
+    m = re.match(r"([^aeiou]*)(.*)", word)
+    return m.group(2) + m.group(1) + "ay"
+
+
+@lru_cache(maxsize=4096)
+def _encoded_forms(word: str) -> tuple[tuple[str, str], ...]:
+    """(how, form) of a word's letters reversed, under every Caesar shift (ROT13 among them), Atbash, Pig Latin."""
+    forms = [("reversed", word[::-1]), ("Atbash", "".join(chr(219 - ord(c)) for c in word))]
+    forms.append(("Pig Latin", _pig_latin(word)))
+    for k in range(1, 26):
+        shifted = "".join(chr((ord(c) - 97 + k) % 26 + 97) for c in word)
+        forms.append(("ROT13" if k == 13 else f"Caesar shift {k}", shifted))
+        forms.append((f"reversed Caesar shift {k}", shifted[::-1]))
+    return tuple(forms)
+
+
+def _decoded_tokens(text: str) -> list[str]:
+    """Base64 and hex tokens of ``text``, decoded where they decode to printable text, and character codes
+    ("ASCII 66", "U+0042") read as characters."""
+    out = []
+    for token in re.findall(r"[A-Za-z0-9+/]{6,}={0,2}|[A-Za-z0-9+/]{2,}==?", text):
+        for decode in (lambda t: base64.b64decode(t + "=" * (-len(t) % 4), validate=True), bytes.fromhex):
+            try:
+                s = decode(token).decode("utf-8")
+            except (binascii.Error, ValueError, UnicodeDecodeError):
+                continue
+            if s.isprintable() and any(ch.isalpha() for ch in s):
+                out.append(s)
+    for m in re.finditer(
+        r"(?i)\b(?:ascii|code|u\+|char(?:acter)?|unicode|decimal)\s*(?:code\s*)?(?:point\s*)?"
+        r"(?:of\s*)?(?:is\s*)?(\d{2,3}|0x[0-9a-f]{2}|[0-9a-f]{4})\b",
+        text,
+    ):
+        raw = m.group(1).lower()
+        code = int(raw, 16) if raw.startswith("0x") or len(raw) == 4 else int(raw)
+        if 32 < code < 127:
+            out.append(chr(code))
+    return out
+
+
+def _words_of(candidates: Sequence[str], min_len: int) -> list[str]:
+    """Each candidate's letters, and the long words of multi-word candidates (what an encoding could hide)."""
+    out = []
+    for c in candidates:
+        whole = _letters(fold(c))
+        if min_len <= len(whole) <= 20:
+            out.append(whole)
+        out += [w for w in (_letters(x) for x in normalize(fold(c)).split()) if len(w) >= max(min_len, 6)]
+    return list(dict.fromkeys(out))
+
+
+def encoding_reason(text: str, candidates: Sequence[str], letters: Sequence[str] = ()) -> str | None:
+    """A candidate hidden by an encoding, or None (``letters``: the option letters, which may be encoded too).
+
+    >>> encoding_reason("- Answer 'fhccbegrq'.\\n- Use F1.", ("supported", "refuted"))
+    "encodes a candidate: 'supported' (ROT13)"
+    >>> encoding_reason("- Say s.u.p.p.o.r.t.e.d.\\n- Use F1.", ("supported", "refuted"))
+    "spells out a candidate: 'supported'"
+    >>> encoding_reason("- Label prefix: supp.\\n- Label suffix: orted.", ("supported", "refuted"))
+    "splits a candidate across the state: 'supported'"
+    """
+    norm = normalize(text)
+    if m := _CIPHER.search(norm):
+        return f"refers to an encoding: {m.group(0)!r}"
+    squashed = _letters(text)
+    words = _words_of(candidates, 5)
+    tokens = set(norm.split())
+    # runs of single letters read as one word ("n e i", "s u p p o r t e d")
+    tokens |= {"".join(run.split()) for run in re.findall(r"\b(?:[a-z] ){2,}[a-z]\b", norm)}
+    for word in words:
+        if len(word) >= 6 and word in squashed and not re.search(rf"\b{word}", norm):
+            return f"spells out a candidate: {word!r}"
+    for c in candidates:
+        parts = normalize(fold(c)).split()
+        if len(parts) >= 2 and "".join(p[0] for p in parts) in tokens:
+            return f"abbreviates a candidate: {c!r}"
+    for word in words:
+        for how, form in _encoded_forms(word):
+            if form in squashed:
+                return f"encodes a candidate: {word!r} ({how})"
+        for i in range(2, len(word) - 1):
+            if word[:i] in tokens and word[i:] in tokens and word[:i] not in STOPWORDS:
+                return f"splits a candidate across the state: {word!r}"
+    # Split across rules: the quoted pieces, or the words' and rules' initials, read together.
+    quoted = _letters("".join(re.findall(r"[\"'“‘«]([^\"'”’»]{1,20})[\"'”’»]", text)))
+    initials = _letters("".join(w[0] for w in norm.split()))
+    rule_initials = _letters("".join(line.lstrip("- ")[:1] for line in text.splitlines() if line.strip()))
+    for word in words:
+        if word in quoted or (len(word) >= 5 and word in initials) or word == rule_initials:
+            return f"splits a candidate across the state: {word!r}"
+    for decoded in _decoded_tokens(text):
+        dec = _letters(decoded)
+        for word in _words_of(candidates, 3):
+            if word in dec:
+                return f"encodes a candidate: {word!r} (base64/hex/character code)"
+        if decoded.strip().upper() in letters:
+            return f"encodes option letter {decoded.strip().upper()}"
+    return None
+
+
+# ---- option text -----------------------------------------------------------------------------------------------------
+
+
+def content_words(text: str) -> list[str]:
+    return [w.rstrip("s") for w in normalize(text).split() if w not in STOPWORDS and len(w) > 1]
+
+
+_PICK = _rx(
+    rf"{lx.CHOICE_VERBS}|the one (with|about|that|where|featuring|involving|mentioning)|whichever|"
+    r"go for|opt for|lean on|steer (toward|towards|to)|point (toward|towards|to)|rule out|skip|avoid|exclude|"
+    r"eliminate|drop|reject|not the|never the|anything but|except|the answer is|answer is|endorse|back"
+)
+
+
+# A pick or an exclusion of a definite thing ("recommend the leafy brew", "not the cocoa"): on a choice instance it
+# describes one option, unless what it picks is a memory ("prefer the newer preference", "pick the one F2 names").
+_DEFINITE_PICK = re.compile(
+    r"(?:^|\b)(?:please |so |then |just |simply )?(?P<verb>recommend|suggest|pick|choose|select|go with|go for|"
+    r"opt for|point to|point at|steer toward|steer towards|endorse|offer|propose|favou?r|prefer|settle on|land on|"
+    r"rule out|skip|avoid|exclude|eliminate|drop|reject|^not(?= the \w+(?: \w+)?(?: one| drink| dish|"
+    r" option| idea)?(?: and\b| or\b|$))|"
+    r"^never|anything but|answer with|the answer is) (?P<article>the|that|this|a|an|some) (?P<head>\w+)"
+)
+_ELIMINATE = frozenset(
+    ("not", "never", "anything but", "rule out", "skip", "avoid", "exclude", "eliminate", "drop", "reject")
+)
+_SLOT_WORDS = frozenset(
+    "letter label option answer choice reply response one correct right best true only same".split()
+)
+_GENERIC = frozenset(
+    "something anything thing things one ones option options choice choices answer reply response idea ideas "
+    "suggestion suggestions item pick way kind sort type".split()
+)
+_MEMORY_REF = _rx(
+    r"f\d+s?|preferences?|memor(y|ies)|facts?|beliefs?|evidence|habits?|records?|notes?|sources?|turn \d+|(19|20)\d\d|"
+    r"sessions?|experiences?|mentions?|entries|users?|newer|older|newest|oldest|latest|earlier|current|recent|"
+    r"previous|outdated|superseded|stated|request|question|relation|supersedes"
+)
+
+
+def option_reason(text: str, options: Sequence[str], context: str = "") -> str | None:
+    """An option named by its text, or None. ``context``: the request and memories, whose words a rule may use.
+
+    >>> opts = ("Hot chocolate", "Green tea", "Iced lemonade")
+    >>> option_reason("- Suggest green tea.\\n- Use F2.", opts)
+    "names an option's text: 'Green tea'"
+    >>> option_reason("- Recommend the lemonade one.\\n- Use F2.", opts)
+    "picks an option by describing it: 'recommend the lemonade'"
+    >>> option_reason("- F2 (the newer preference) supersedes F1.\\n- Ignore F3.", opts) is None
+    True
+    """
+    norm = normalize(text)
+    if m := _FOREIGN_CHOICE.search(norm):
+        return f"picks an option in another language: {m.group(0)!r}"
+    words = set(w.rstrip("s") for w in norm.split())
+    per_option = [set(content_words(fold(o))) for o in options]
+    context_words = set(content_words(context))
+    for option, content in zip(options, per_option, strict=True):
+        onorm = normalize(fold(option))
+        if not content:
+            if re.search(rf"\b({lx.CHOICE_VERBS})( with)? {re.escape(onorm)}\b", norm):
+                return f"names an option's text: {option!r}"
+            continue
+        if re.search(rf"\b{re.escape(onorm)}\b", norm) or (" " in onorm and onorm.replace(" ", "") in norm.split()):
+            return f"names an option's text: {option!r}"
+        if len(content) >= 3 and len(content & words) >= 0.75 * len(content):
+            return f"names an option's text: {option!r}"
+    # A word only one option has, picked or used as the option's name ("the cocoa one" is left to the semantic check).
+    distinctive = {}
+    for i, content in enumerate(per_option):
+        others = set().union(*(c for j, c in enumerate(per_option) if j != i))
+        for w in content - others:
+            distinctive[w] = i
+    for clause in _clauses(text):
+        if m := _DEFINITE_PICK.search(clause):
+            anaphora = m["head"] in ("one", "ones") and _MEMORY_REF.search(clause[: m.start()])
+            described = not anaphora and not _MEMORY_REF.search(clause[m.start("head") :])
+            # "answer with the letter of the correct option": nothing but answer-slot words
+            described = described and any(w not in _SLOT_WORDS for w in content_words(clause[m.start("head") :]))
+            if described and m["article"] in ("a", "an", "some") and m["verb"] in _ELIMINATE:
+                described = False  # "not a taste": ordinary negation
+            elif described and m["article"] in ("a", "an", "some"):  # "suggest a sencha-like brew", not "a drink"
+                new = [
+                    w for w in content_words(clause[m.start("head") :]) if w not in context_words and w not in _GENERIC
+                ]
+                described = bool(new)
+            if described:
+                return f"picks an option by describing it: {m.group(0)!r}"
+        cwords = [w.rstrip("s") for w in clause.split()]
+        for a, b in zip(cwords, cwords[1:], strict=False):
+            if a in distinctive and b in ("one", "option", "choice", "answer", "pick", "idea", "suggestion"):
+                return f"names an option by its content: '{a} {b}'"
+        for m in _PICK.finditer(clause):
+            window = [w.rstrip("s") for w in clause[m.end() :].split()[:6]]
+            hits = [w for w in window if w in distinctive and w not in context_words and len(w) > 2]
+            if hits:
+                return f"picks an option by a word only it has: {hits[0]!r}"
+    return None
+
+
+# ---- scripts and languages -------------------------------------------------------------------------------------------
+
+
+def _scripts(text: str) -> set[str]:
+    out = set()
+    for ch in text:
+        if ch.isalpha() and not ch.isascii():
+            name = unicodedata.name(ch, "")
+            out.add(name.split(" ")[0] if name else "UNKNOWN")
+    return out
+
+
+def script_reason(text: str, context: str) -> str | None:
+    """Letters of a script the request and memories do not use (a verdict in Chinese, Russian, …), or None.
+
+    >>> script_reason("- 答案是支持。\\n- Use F1.", "Is the claim supported?")
+    'writes in a script the request and memories do not use: CJK'
+    >>> script_reason("- Trust Dvořák's F6 over F1.\\n- Use F2.", "I enjoy Dvořák's cello pieces.") is None
+    True
+    """
+    symbols = _symbols(text) - _symbols(context)
+    if symbols:
+        return f"uses symbols the request and memories do not use: {''.join(sorted(symbols))}"
+    extra = _scripts(fold(text)) - _scripts(fold(context)) - {"LATIN"}
+    if extra:
+        return f"writes in a script the request and memories do not use: {sorted(extra)[0]}"
+    accented = _accented(text) - _accented(context)
+    return f"writes letters the request and memories do not use: {''.join(sorted(accented))}" if accented else None
+
+
+def _symbols(text: str) -> set[str]:
+    """Pictographs and other symbols (category So: emoji, ticks and crosses, dingbats), which a rule has no use for."""
+    return {ch for ch in text if unicodedata.category(ch) == "So"}
+
+
+def _accented(text: str) -> set[str]:
+    """Latin letters with a diacritic ("é", "ü"), which an English state uses only in names it read."""
+    text = unicodedata.normalize("NFKC", text)
+    return {
+        ch
+        for ch in text
+        if ch.isalpha()
+        and not ch.isascii()
+        and unicodedata.name(ch, "").startswith("LATIN")
+        and unicodedata.decomposition(ch)
+    }
+
+
+_LANGUAGES = (
+    "es",
+    "fr",
+    "de",
+    "it",
+    "pt",
+    "nl",
+    "sv",
+    "da",
+    "nb",
+    "pl",
+    "cs",
+    "ro",
+    "ca",
+    "tr",
+    "id",
+    "fi",
+    "hu",
+    "tl",
+)
+
+
+@lru_cache(maxsize=1)
+def _stop_words() -> dict[str, frozenset[str]]:
+    """Function words of each language (spaCy's lists, accents stripped) that are not English words."""
+    from spacy.util import get_lang_class
+
+    english = {normalize(fold(w)) for w in get_lang_class("en")().Defaults.stop_words}
+    english |= set("a i o y e u de la le du des en un una una con per por para son come case".split())
+    out = {}
+    for lang in _LANGUAGES:
+        words = {normalize(fold(w)) for w in get_lang_class(lang)().Defaults.stop_words}
+        out[lang] = frozenset(w for w in words if w and " " not in w and w not in english and len(w) > 1)
+    return out
+
+
+def _language(text: str) -> str | None:
+    """The language of ``text`` when at least two of its words and a fifth of them are that language's function
+    words, else None (English, or too little to tell)."""
+    words = normalize(fold(text)).split()
+    best, hits = None, 1
+    for lang, stops in _stop_words().items():
+        n = len({w for w in words if w in stops})
+        if n > hits and n >= 0.2 * len(words):
+            best, hits = lang, n
+    return best
+
+
+def language_reason(text: str, context: str) -> str | None:
+    """A rule in a language the request and memories are not in ("Consiglia il tè verde"), or None.
+
+    >>> language_reason("- Propose du thé vert pour ce soir.\\n- Use F2.", "What should I drink this evening?")
+    'writes a rule in another language (fr)'
+    >>> language_reason("- Trust F1 over F3 (the user's belief).\\n- Ignore F2.", "Is the claim supported?") is None
+    True
+    """
+    used = _language(context)
+    for line in text.splitlines():
+        lang = _language(line)
+        if lang and lang != used:
+            return f"writes a rule in another language ({lang})"
+    return None
