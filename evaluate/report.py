@@ -8,8 +8,8 @@ argmax letter in likelihood mode, its generated text parsed by ``reward.score.pa
 when unreadable or free text), ``correct`` (``letter`` is y*'s letter; for free text the judge's verdict, None in
 likelihood mode), ``answer`` (the option text of ``letter``, or the free text), ``text`` (the answer as judged:
 generated text, or the argmax letter) and ``tokens`` (responder prompt tokens); state conditions add
-``format_ok``, ``leak`` and ``rule_words``. Every comparison below reads ``letter``, so an answer is parsed once,
-by the scorer's own parser. Metric definitions:
+``format_ok``, ``leak``, ``rule_words`` and (``memstate eval``) ``answer_flow_shift``. Every comparison below reads
+``letter``, so an answer is parsed once, by the scorer's own parser. Metric definitions:
 
 - **accuracy**: share of closed-set instances whose answer is y* (an unreadable answer is wrong).
 - **gain**: mean score difference to ``no_state`` on the same instances.
@@ -22,6 +22,9 @@ by the scorer's own parser. Metric definitions:
   that follows the outdated preference rather than any other mistake.
 - **format / leak rates, rule words**: of the states written in that condition (a state failing the format is not
   used: the instance is answered without rules).
+- **answer-flow top** (``answer_flow_top``): the states that passed the format and leak gates with the largest
+  answer-flow shift (``reward/answer_flow.py``: the largest rise of any candidate's probability that the state causes
+  with no memory shown), across the policy conditions: the leak attempts the leak gate let through, to read.
 
 CIs resample groups, not instances (``memstate.evaluate.stats``); a record without ``group`` is its own group.
 """
@@ -77,6 +80,28 @@ def picks_superseded(record: dict, condition: str) -> bool | None:
     if not record["task"].startswith("preference_") or not record.get("superseded_options"):
         return None
     return record[condition].get("letter") in record["superseded_options"]
+
+
+ANSWER_FLOW_TOP = 10
+
+
+def answer_flow_top(records: list[dict], conditions: list[str], n: int = ANSWER_FLOW_TOP) -> list[dict]:
+    """The ``n`` states with the largest measured answer-flow shift, largest first: instance id, condition, state and
+    shift (states without a shift — gated, unscored, or conditions without states — are left out).
+
+    >>> recs = [{"id": "a", "checkpoint": {"state": "- x", "answer_flow_shift": 0.1}, "no_state": {}},
+    ...         {"id": "b", "checkpoint": {"state": "- y", "answer_flow_shift": 0.4}, "no_state": {}},
+    ...         {"id": "c", "checkpoint": {"state": "bad", "answer_flow_shift": None}, "no_state": {}}]
+    >>> [(t["id"], t["shift"]) for t in answer_flow_top(recs, ["no_state", "checkpoint"], n=5)]
+    [('b', 0.4), ('a', 0.1)]
+    """
+    rows = [
+        {"id": r["id"], "condition": c, "state": r[c]["state"], "shift": r[c]["answer_flow_shift"]}
+        for r in records
+        for c in conditions
+        if r[c].get("answer_flow_shift") is not None
+    ]
+    return sorted(rows, key=lambda row: -row["shift"])[:n]
 
 
 def condition_metrics(records: list[dict], condition: str, n_resamples: int = 2000) -> dict:
@@ -225,7 +250,31 @@ def render_markdown(report: dict) -> str:
             accs = [_fmt(group["conditions"][c]["accuracy"]) for c in conditions]
             gains = [_ci(group["differences"][f"{c}-no_state"]["score"]) for c in conditions if c != "no_state"]
             lines.append(f"| {name} | {group['n']} | " + " | ".join(accs + gains) + " |")
+    top = report.get("answer_flow_top")
+    if top is not None:
+        lines += [
+            "",
+            "## Largest answer-flow shifts",
+            "",
+            "States that passed the format and leak gates, by how far they alone (no memory shown) raise a "
+            "candidate's probability: a large shift is answer content the leak gate did not catch.",
+            "",
+        ]
+        if top:
+            lines += ["| shift | condition | instance | state |", "|---|---|---|---|"]
+            lines += [f"| {t['shift']:.3f} | {t['condition']} | {t['id']} | {_cell(t['state'])} |" for t in top]
+        else:
+            lines.append("No state passed both gates.")
     return "\n".join(lines) + "\n"
+
+
+def _cell(text: str) -> str:
+    """Text as one Markdown table cell: pipes escaped, lines joined by ``<br>``.
+
+    >>> _cell("- Use F1 | F2.\\n- Be brief.")
+    '- Use F1 \\\\| F2.<br>- Be brief.'
+    """
+    return "<br>".join(line.strip() for line in text.strip().splitlines()).replace("|", "\\|")
 
 
 def render_png(report: dict, path) -> None:

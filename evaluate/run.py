@@ -13,9 +13,12 @@ Conditions, all answered by the same responder (likelihood mode by default, or e
 States are sampled at the serve API's temperature (0.3 by default, seeded; tiny models degenerate under greedy
 decoding). A state that fails ``parse_state`` cannot be used by a memory pipeline, so that instance is answered
 without rules; a state that leaks the answer is used as written (at deployment nobody knows the answer) and counted
-in the leak rate. Every answer is parsed once into an option letter (``reward.score.parse_choice``, the scorer's
-parser); accuracy and sycophancy compare that letter. Metric definitions are in ``evaluate/report.py``; every
-difference between conditions gets a paired cluster-bootstrap 95% CI (resampling the instances' split groups).
+in the leak rate; each state that passed both gates also gets its answer-flow shift (``reward/answer_flow.py``: how
+far the state alone, with no memory shown, moves the responder's answer), and the report lists the largest
+(``answer_flow_top``; ``--no_answer_flow`` skips it). Every answer is parsed once into an option letter
+(``reward.score.parse_choice``, the scorer's parser); accuracy and sycophancy compare that letter. Metric definitions
+are in ``evaluate/report.py``; every difference between conditions gets a paired cluster-bootstrap 95% CI (resampling
+the instances' split groups).
 Writes ``report.json``, ``report.md`` and ``report.png``.
 """
 
@@ -29,7 +32,8 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 import torch
-from memstate.evaluate.report import render_markdown, render_png, summarize
+from memstate.evaluate.report import answer_flow_top, render_markdown, render_png, summarize
+from memstate.reward.answer_flow import AnswerFlowCheck
 from memstate.reward.judge import Judgement, judge
 from memstate.reward.score import parse_choice
 from tqdm import tqdm
@@ -90,6 +94,12 @@ class EvalConfig(ResponderConfig):
         default="MEMSTATE_API_KEY", metadata={"help": "Environment variable with the bearer token of --states-url."}
     )
     bootstrap_resamples: int = field(default=2000, metadata={"help": "Resamples of the paired bootstrap CIs."})
+    answer_flow: bool = field(
+        default=True,
+        metadata={"help": "Measure the answer-flow shift of every policy state that passed the format and leak gates "
+                  "(the responder with the state and no memory, against neither; reward/answer_flow.py) and list the "
+                  "largest in the report."},
+    )  # fmt: skip
     score_mode: str | None = field(  # ResponderConfig's, defaulting to the checkpoint's instead of likelihood
         default=None,
         metadata={"help": "likelihood or exact; default: the mode the checkpoint was trained with (else likelihood).",
@@ -250,6 +260,23 @@ def state_record(text: str, instance: Instance, cut_off: bool = False) -> tuple[
     }
 
 
+def answer_flow_shifts(
+    responder, instances: list[Instance], rules: dict[str, list], state_info: dict[str, list[dict]]
+) -> int:
+    """Add ``answer_flow_shift`` to every state record of ``state_info`` (None for a state that failed the format or
+    leak gate, or that the responder could not score): the reward's answer-flow check, by the same module with the
+    same responder, one prompt per distinct state and one per distinct no-memory request across conditions. Returns
+    the prompts spent."""
+    check = AnswerFlowCheck(responder)
+    for cond, infos in state_info.items():
+        passed = [i for i, info in enumerate(infos) if info["format_ok"] and not info["leak"]]
+        shifts = dict(zip(passed, check.shifts([instances[i] for i in passed], [rules[cond][i] for i in passed]),
+                          strict=True))  # fmt: skip
+        for i, info in enumerate(infos):
+            info["answer_flow_shift"] = shifts.get(i)
+    return check.calls
+
+
 def condition_records(
     responder,
     instances: list[Instance],
@@ -334,6 +361,9 @@ def evaluate_checkpoint(config: EvalConfig) -> Path:
         state_info[cond] = [info for _, info in parsed]
 
     responder = make_responder(replace(config, responder_model=responder_model), config.device, config.dtype)
+    if config.answer_flow:
+        spent = answer_flow_shifts(responder, instances, rules, state_info)
+        logger.info("responder: answer flow of the states that passed the gates (%d prompts)", spent)
     records = condition_records(responder, instances, conditions, rules, state_info, config.score_mode)
     report = {
         "checkpoint": str(checkpoint),
@@ -358,6 +388,8 @@ def evaluate_checkpoint(config: EvalConfig) -> Path:
         "bootstrap_resamples": config.bootstrap_resamples,
         "config": asdict(config),
         "metrics": summarize(records, conditions, config.bootstrap_resamples),
+        # The states that passed the gates yet moved the answer most with no memory shown: leak attempts to read.
+        "answer_flow_top": answer_flow_top(records, conditions) if config.answer_flow else None,
         "records": records,
     }
     out_dir = Path(config.out_dir) if config.out_dir else checkpoint / f"eval-{config.split}"

@@ -163,7 +163,8 @@ def responder_request_messages(
     with the others and with the baseline prompt (prefix caching in vLLM).
     """
     parts = [
-        "Memories:\n" + "\n".join(format_fact(f) for f in facts),
+        # No memories at all (the reward's answer-flow check asks so): "(none)", as an empty relation list reads.
+        "Memories:\n" + ("\n".join(format_fact(f) for f in facts) or "(none)"),
         _relations_block(facts, relations),
         f"Request:\n{_request_block(question, candidates)}",
     ]

@@ -61,6 +61,18 @@ def request_digest(payload: dict) -> str:
     return hashlib.sha256(canonical.encode()).hexdigest()
 
 
+def connect(path: Path, schema: str) -> sqlite3.Connection:
+    """A connection to the cache file ``path`` (created with its folder if missing) in WAL mode with a 60 s busy
+    timeout, autocommit, usable from any thread, after running ``schema`` (``CREATE TABLE IF NOT EXISTS …``). Every
+    table of the file (baselines, answer-flow probabilities) is opened so."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    db = sqlite3.connect(path, timeout=60.0, check_same_thread=False, isolation_level=None)
+    db.execute("PRAGMA journal_mode=WAL")
+    db.execute("PRAGMA busy_timeout=60000")
+    db.execute(schema)
+    return db
+
+
 def baseline_request(instance: Instance, mode: str) -> dict:
     """Everything the no-state judgement of ``instance`` depends on besides the responder (mirrors reward.judge):
     the messages as sent, the scored continuations (likelihood) or the decoding settings (exact), and the reference
@@ -92,11 +104,7 @@ class BaselineCache:
         self._lock = threading.Lock()
         self._db: sqlite3.Connection | None = None
         if self.path:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            self._db = sqlite3.connect(self.path, timeout=60.0, check_same_thread=False, isolation_level=None)
-            self._db.execute("PRAGMA journal_mode=WAL")
-            self._db.execute("PRAGMA busy_timeout=60000")
-            self._db.execute(_SCHEMA)
+            self._db = connect(self.path, _SCHEMA)
 
     def get_many(self, keys: list[CacheKey]) -> dict[CacheKey, Judgement]:
         todo = {k.digest for k in keys if k.digest not in self._memory}

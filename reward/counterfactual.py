@@ -3,10 +3,15 @@
     R_i = Score(A(q, M_q, Z_i), y*) − Score(A(q, M_q), y*)
 
 The dataset rows carry the Instance fields as columns; TRL passes them to the reward function as lists.
-Order of work per call: gates (no responder call for a gated state) → baselines (cache first, keyed by a hash of
+Order of work per call: format gate → leak gate (no responder call for a gated state) → answer-flow check of each
+distinct passing (instance, state), when on (``memstate.reward.answer_flow``: a state that moves the responder's
+answer with no memory shown carries the answer, and scores like a leak) → baselines (cache first, keyed by a hash of
 the exact no-state request and the responder's identity, not by instance id: see memstate.reward.cache) → one responder
-prompt per distinct (instance, state) → gains. A completion whose state or baseline the responder could not
-score gets ``None``, which TRL leaves out of the advantage; training goes on and the count is logged.
+prompt per distinct (instance, state) still standing → gains. A completion whose state or baseline the responder
+could not score gets ``None``, which TRL leaves out of the advantage; training goes on and the count is logged.
+
+Every completion's gate decision, its reason, the answer-flow shift and the scores go to TRL's completions table
+(``log_extra``) and, given an ``AuditLog``, to a per-step Parquet file (``memstate.reward.audit``).
 """
 
 from __future__ import annotations
@@ -14,10 +19,12 @@ from __future__ import annotations
 from collections.abc import Callable, Collection
 from dataclasses import dataclass, field, fields
 
+from memstate.reward.answer_flow import DEFAULT_THRESHOLD, AnswerFlowCache, AnswerFlowCheck, quantile
+from memstate.reward.audit import AuditLog
 from memstate.reward.cache import BaselineCache, CacheKey, baseline_key
 from memstate.reward.judge import MODES, Judgement, judge
 
-from memstate.leak import leaks_answer
+from memstate.leak import instance_leak_reason
 from memstate.responder import Responder
 from memstate.rules import CUT_OFF, FormatError, parse_completion
 from memstate.schema import Instance
@@ -32,10 +39,21 @@ class RewardConfig:
     mode: str = field(default="likelihood", metadata={"help": "Score mode: 'likelihood' (dense) or 'exact'."})
     format_penalty: float = field(default=-1.0, metadata={"help": "Reward of a state that fails parse_state."})
     leak_penalty: float = field(default=-1.0, metadata={"help": "Reward of a state that contains the answer."})
+    answer_flow_check: bool = field(
+        default=False,
+        metadata={"help": "Score each state that passed the gates with no memory shown; one that raises any "
+                  "candidate's probability by more than answer_flow_threshold gets leak_penalty."},
+    )  # fmt: skip
+    answer_flow_threshold: float = field(
+        default=DEFAULT_THRESHOLD,
+        metadata={"help": "Largest rise of a candidate's probability a state may cause alone (provisional)."},
+    )
 
     def __post_init__(self) -> None:
         if self.mode not in MODES:
             raise ValueError(f"reward mode {self.mode!r} is not one of {list(MODES)}")
+        if not 0.0 <= self.answer_flow_threshold < 1.0:
+            raise ValueError(f"answer_flow_threshold must be in [0, 1), got {self.answer_flow_threshold}")
 
 
 def completion_text(completion: str | list[dict]) -> str:
@@ -76,6 +94,9 @@ class CounterfactualGainReward:
 
     With ``stop_token_ids`` (the trainer's end-of-sequence and pad ids) a completion cut off at
     ``max_completion_length`` fails the format gate whatever its text (``memstate.rules.parse_completion``).
+    The answer-flow check's probabilities are cached in ``answer_flow_cache``, by default (when the check is on) in
+    the baseline cache's SQLite file when it has one. With ``audit`` every call's rows go to that step's Parquet file
+    (TRL's ``trainer_state`` gives the step; a call without it writes none).
     """
 
     def __init__(
@@ -84,12 +105,18 @@ class CounterfactualGainReward:
         config: RewardConfig | None = None,
         cache: BaselineCache | None = None,
         stop_token_ids: Collection[int] = (),
+        answer_flow_cache: AnswerFlowCache | None = None,
+        audit: AuditLog | None = None,
     ):
         self.responder = responder
         self.config = config or RewardConfig()
         self.cache = cache if cache is not None else BaselineCache()
         self.stop_token_ids = frozenset(stop_token_ids)
-        self.responder_prompts = 0  # prompts sent to the responder, baselines included
+        if answer_flow_cache is None:  # the baseline cache's file holds the check's table too (only when it is on)
+            answer_flow_cache = AnswerFlowCache(self.cache.path if self.config.answer_flow_check else None)
+        self.answer_flow = AnswerFlowCheck(responder, self.config.answer_flow_threshold, answer_flow_cache)
+        self.audit = audit
+        self.responder_prompts = 0  # prompts sent to the responder, baselines and answer-flow checks included
         self.unscorable = 0  # completions rewarded None
 
     def _key(self, instance: Instance) -> CacheKey:
@@ -116,29 +143,56 @@ class CounterfactualGainReward:
         completions: list,
         completion_ids: list | None = None,
         log_metric: Callable[[str, float], None] | None = None,
+        log_extra: Callable[[str, list], None] | None = None,
+        trainer_state=None,
         **columns,
     ) -> list[float | None]:
         n = len(completions)
         instances = rows_to_instances(n, columns)
         hits_before, prompts_before = self.cache.hits, self.responder_prompts
         ids = completion_ids if completion_ids is not None else [None] * n
-        parsed = [
-            parse_completion(completion_text(c), cut_off=cut_off(i, self.stop_token_ids))
-            for c, i in zip(completions, ids, strict=True)
-        ]
+        texts = [completion_text(c) for c in completions]
+        parsed = [parse_completion(t, cut_off=cut_off(i, self.stop_token_ids)) for t, i in zip(texts, ids, strict=True)]
         rewards: list[float | None] = [None] * n
+        gate, reason = ["ok"] * n, [None] * n
+        shifts: list[float | None] = [None] * n
+        with_state: list[float | None] = [None] * n
         to_score: dict[tuple[str, str], list[int]] = {}  # (instance id, state text) -> completion indices
         n_format = n_leak = 0
         n_cut = sum(isinstance(p, FormatError) and p.reason == CUT_OFF for p in parsed)
         for i, (inst, state) in enumerate(zip(instances, parsed, strict=True)):
             if isinstance(state, FormatError):
-                rewards[i] = self.config.format_penalty
+                rewards[i], gate[i], reason[i] = self.config.format_penalty, "format", state.reason
                 n_format += 1
-            elif leaks_answer(state.text, inst):
-                rewards[i] = self.config.leak_penalty
+            elif (why := instance_leak_reason(state.text, inst)) is not None:
+                rewards[i], gate[i], reason[i] = self.config.leak_penalty, "leak", why
                 n_leak += 1
             else:
                 to_score.setdefault((inst.id, state.text), []).append(i)
+        n_dedup = sum(len(v) - 1 for v in to_score.values())
+
+        # Answer flow: each distinct passing state once, with no memory shown; a rejected one is not scored further.
+        flow_calls = n_flow_rejects = n_flow_unscorable = 0
+        if self.config.answer_flow_check and to_score:
+            calls_before = self.answer_flow.calls
+            pairs = list(to_score)
+            measured = self.answer_flow.shifts(
+                [instances[to_score[p][0]] for p in pairs], [parsed[to_score[p][0]].rules for p in pairs]
+            )
+            flow_calls = self.answer_flow.calls - calls_before
+            self.responder_prompts += flow_calls
+            for pair, shift in zip(pairs, measured, strict=True):
+                idx = to_score[pair]
+                for i in idx:
+                    shifts[i] = shift
+                if shift is None:
+                    n_flow_unscorable += len(idx)
+                elif self.answer_flow.rejects(shift):
+                    for i in idx:
+                        rewards[i], gate[i] = self.config.leak_penalty, "answer_flow"
+                        reason[i] = f"answer-flow shift {shift:.3f} > {self.answer_flow.threshold:g}"
+                    n_flow_rejects += len(idx)
+                    del to_score[pair]
 
         # Baselines for every instance in the batch (cached after the first time): they give the gain and the
         # logged baseline accuracy even when all of an instance's states were gated.
@@ -149,23 +203,40 @@ class CounterfactualGainReward:
         if groups:
             self.responder_prompts += len(groups)
             scored_instances = [instances[idx[0]] for idx in groups]
-            with_state = judge(
-                self.responder, scored_instances, [parsed[idx[0]].rules for idx in groups], self.config.mode
-            )
-            for idx, inst, ours in zip(groups, scored_instances, with_state, strict=True):
+            judged = judge(self.responder, scored_instances, [parsed[idx[0]].rules for idx in groups], self.config.mode)
+            for idx, inst, ours in zip(groups, scored_instances, judged, strict=True):
                 if ours is None:
                     n_unscorable += len(idx)
                     continue
                 for i in idx:
                     rewards[i] = ours.score - base[inst.id].score
+                    with_state[i] = ours.score
                 changed += [ours.answer != base[inst.id].answer] * len(idx)
         self.unscorable += n_unscorable
+
+        audit = {
+            "instance_id": [inst.id for inst in instances],
+            "state": texts,
+            "gate": gate,
+            "gate_reason": reason,
+            "answer_flow_shift": shifts,
+            "baseline_score": [base[inst.id].score if inst.id in base else None for inst in instances],
+            "with_state_score": with_state,
+            "reward": rewards,
+        }
+        if log_extra is not None:  # TRL's completions table already holds the state (completion) and the reward
+            for column, values in audit.items():
+                if column not in ("state", "reward"):
+                    log_extra(column, list(values))
+        if self.audit is not None and trainer_state is not None:
+            rows = [dict(zip(audit, values, strict=True)) for values in zip(*audit.values(), strict=True)]
+            self.audit.write(trainer_state.global_step + 1, rows)
 
         if log_metric is not None:
             gains = [rewards[i] for idx in groups for i in idx if rewards[i] is not None]
             closed = [j.correct for j in base.values() if j.correct is not None]
             log_metric("memstate/format_rate", 1 - n_format / n)
-            log_metric("memstate/leak_rate", n_leak / n)
+            log_metric("memstate/leak_rate", n_leak / n)  # the leak gate (memstate.leak) only, not answer-flow rejects
             log_metric("memstate/cut_off_rate", n_cut / n)
             if gains:
                 log_metric("memstate/gain_mean", sum(gains) / len(gains))
@@ -173,8 +244,17 @@ class CounterfactualGainReward:
                 log_metric("memstate/baseline_accuracy", sum(closed) / len(closed))
             if changed:
                 log_metric("memstate/answer_changed_rate", sum(changed) / len(changed))
+            if self.config.answer_flow_check:
+                log_metric("memstate/answer_flow_rejects", n_flow_rejects / n)
+                log_metric("memstate/answer_flow_calls", float(flow_calls))
+                log_metric("memstate/answer_flow_unscorable", float(n_flow_unscorable))
+                measured_shifts = [s for s in shifts if s is not None]  # per completion: a repeated state weighs more
+                if measured_shifts:
+                    log_metric("memstate/answer_flow_shift_mean", sum(measured_shifts) / len(measured_shifts))
+                    log_metric("memstate/answer_flow_shift_p90", quantile(measured_shifts, 0.9))
+                    log_metric("memstate/answer_flow_shift_max", max(measured_shifts))
             log_metric("memstate/responder_prompts", float(self.responder_prompts - prompts_before))
-            log_metric("memstate/dedup_hits", float(sum(len(v) - 1 for v in to_score.values())))
+            log_metric("memstate/dedup_hits", float(n_dedup))
             log_metric("memstate/cache_hits", float(self.cache.hits - hits_before))
             log_metric("memstate/unscorable", float(n_unscorable))
         return rewards

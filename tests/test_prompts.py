@@ -1,6 +1,12 @@
 """The responder's prompt is the paper's A(q, F_q, R_q[, Z_q]): memories, relations, request, then the rules."""
 
-from memstate.prompts import PROMPT_VERSION, RESPONDER_SYSTEM, policy_messages, responder_messages
+from memstate.prompts import (
+    PROMPT_VERSION,
+    RESPONDER_SYSTEM,
+    policy_messages,
+    responder_messages,
+    responder_request_messages,
+)
 from memstate.schema import Fact, Instance, Relation
 
 INSTANCE = Instance(
@@ -51,3 +57,9 @@ def test_policy_and_responder_see_the_same_relations_and_never_a_role():
     for messages in (policy_messages(INSTANCE), responder_messages(INSTANCE)):
         text = messages[1]["content"]
         assert "F2 SUPERSEDES F1" in text and "outdated" not in text
+
+
+def test_a_request_without_memories_reads_none():
+    # The reward's answer-flow check asks with no memory at all; prompts with memories are unchanged (pinned above).
+    text = responder_request_messages("Which city?", ("Bergen", "Oslo"), (), (), ("Prefer F2.", "Be brief."))
+    assert text[1]["content"].startswith("Memories:\n(none)\n\nRelations:\n(none)\n\nRequest:\nWhich city?")

@@ -8,6 +8,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Literal
 
+from memstate.reward.answer_flow import DEFAULT_THRESHOLD
 from trl import GRPOConfig
 
 from memstate.data import load_split
@@ -30,6 +31,22 @@ class MemstateTrainArguments:
     max_train_instances: int | None = field(default=None, metadata={"help": "Use only the first N instances."})
     format_penalty: float = field(default=-1.0, metadata={"help": "Reward of a state that fails parse_state."})
     leak_penalty: float = field(default=-1.0, metadata={"help": "Reward of a state that contains the answer."})
+    answer_flow_check: bool = field(
+        default=False,
+        metadata={
+            "help": "Answer-flow check (reward/answer_flow.py): each state that passed the format and leak gates is "
+            "also scored with no memory shown; one that raises any candidate's probability by more than "
+            "answer_flow_threshold carries the answer, whatever its words, and gets leak_penalty. One responder "
+            "prompt per new state and one per new request, cached (in baseline_cache's file when set)."
+        },
+    )
+    answer_flow_threshold: float = field(
+        default=DEFAULT_THRESHOLD,
+        metadata={
+            "help": "Largest rise, over all candidates, of the responder's probability that a state may cause with "
+            "no memory shown, in [0, 1). Provisional default, to be calibrated."
+        },
+    )
     baseline_cache: str | None = field(
         default=None,
         metadata={"help": "SQLite file of no-state baselines, shared by runs (fill it with precompute-baselines)."},
@@ -98,6 +115,10 @@ class MemstateTrainArguments:
             "(train/vllm_sync.py)."
         },
     )
+
+    def __post_init__(self) -> None:
+        if not 0.0 <= self.answer_flow_threshold < 1.0:
+            raise ConfigError(f"answer_flow_threshold must be in [0, 1), got {self.answer_flow_threshold}")
 
 
 def load_train_instances(script_args: MemstateTrainArguments) -> list:

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import torch
 from accelerate.utils import gather_object
+from memstate.reward.audit import AuditLog
 from memstate.reward.cache import BaselineCache
 from memstate.reward.counterfactual import CounterfactualGainReward, RewardConfig
 from memstate.train.best import METRIC, BestCheckpointCallback, checkpoint_scores, save_interval
@@ -240,6 +241,8 @@ def train(
                 mode=responder_config.score_mode,
                 format_penalty=script_args.format_penalty,
                 leak_penalty=script_args.leak_penalty,
+                answer_flow_check=script_args.answer_flow_check,
+                answer_flow_threshold=script_args.answer_flow_threshold,
             ),
             BaselineCache(script_args.baseline_cache),
         )
@@ -297,6 +300,8 @@ def train(
         # TRL's end-of-sequence ids (and pad, as its mask_truncated_completions reads them): a completion that ends
         # on none of them was cut off at max_completion_length, and the reward's format gate refuses it.
         reward.stop_token_ids = {t for t in [*trainer.eos_token_ids, tokenizer.pad_token_id] if t is not None}
+        # Every scored completion's gate decision and scores, one Parquet file per step and rank (reward/audit.py).
+        reward.audit = AuditLog(output_dir / "audit", trainer.accelerator.process_index)
         if script_args.check_vllm_weights:
             from memstate.train.vllm_sync import VLLMWeightCheck
 
@@ -325,7 +330,8 @@ def train(
     with timers("save_best"):
         if trainer.accelerator.is_main_process:
             export_best(trainer.state, grpo_config, policy, final_dir, tokenizer, metadata, dtype)
-    per_rank = gather_object([{"responder_prompts": reward.responder_prompts, "unscorable": reward.unscorable}])
+    per_rank = gather_object([{"responder_prompts": reward.responder_prompts, "unscorable": reward.unscorable,
+                               "answer_flow_prompts": reward.answer_flow.calls}])  # fmt: skip
     if not trainer.accelerator.is_main_process:
         return final_dir
     plot_training_curves(trainer.state.log_history, output_dir / "training_curves.png")
@@ -333,6 +339,7 @@ def train(
     reward_stats = {
         "responder_prompts": sum(r["responder_prompts"] for r in per_rank),
         "unscorable_completions": sum(r["unscorable"] for r in per_rank),
+        "answer_flow_prompts": sum(r["answer_flow_prompts"] for r in per_rank),  # part of responder_prompts
         "ranks": len(per_rank),
     }
     reward_stats |= {"http": responder.stats.as_dict()} if hasattr(responder, "stats") else {}
