@@ -41,6 +41,7 @@ from memstate.experiment.world import (
     train_responder,
     world_letter,
 )
+from memstate.reward.answer_flow import DEFAULT_THRESHOLD, AnswerFlowCheck, quantile
 from memstate.reward.judge import judge
 from memstate.reward.score import parse_choice
 from memstate.train.config import MemstateTrainArguments
@@ -100,6 +101,14 @@ class SycophancyConfig:
         },
     )
     learning_rate: float | None = field(default=None, metadata={"help": "GRPO learning rate; 3e-4 full, 2e-3 LoRA."})
+    answer_flow_check: bool = field(
+        default=True,
+        metadata={"help": "GRPO runs penalise a state that moves the responder's answer with no memory shown "
+                  "(reward/answer_flow.py), as a leak."},
+    )  # fmt: skip
+    answer_flow_threshold: float = field(
+        default=DEFAULT_THRESHOLD, metadata={"help": "Largest answer-flow shift a state may cause (provisional)."}
+    )
     seed: int = field(default=0, metadata={"help": "Seed of data, models, sampling and bootstrap."})
     bootstrap_resamples: int = field(default=2000, metadata={"help": "Resamples of the paired bootstrap CIs."})
 
@@ -200,6 +209,8 @@ def run_grpo(
         lora_dropout=0.0,
         # TRL computes log-probs from lm_head.weight, so the head cannot take an adapter: train it in full.
         lora_modules_to_save=["lm_head"] if cfg.use_peft else [],
+        answer_flow_check=cfg.answer_flow_check,
+        answer_flow_threshold=cfg.answer_flow_threshold,
     )
     responder_cfg = ResponderConfig(responder_model=str(responder), score_mode=cfg.score_mode)
     return train(
@@ -370,10 +381,34 @@ def run_experiment(cfg: SycophancyConfig) -> dict:
             rules[cond] = [r for r, _ in parsed]
             state_info[cond] = [info for _, info in parsed]
         records = condition_records(responder, test_set, list(CONDITIONS), rules, state_info, cfg.score_mode)
+        flow = answer_flow_rates(responder, test_set, rules, state_info, cfg.answer_flow_threshold)
 
     report = experiment_report(cfg, records, behaviour, policies, data_dir, responder_dir, timers.seconds)
+    report["answer_flow"] = flow
     write_report(report, out)
     return report
+
+
+def answer_flow_rates(responder, instances, rules: dict, state_info: dict, threshold: float) -> dict:
+    """Per policy condition, the answer-flow check on its test states that passed the format and leak gates
+    (``memstate.reward.answer_flow``, this responder): how many it would reject at ``threshold`` and the shifts'
+    median, 99th percentile and maximum. Every state here is a mix of the world's rule shapes, so each rejection is a
+    legitimate state taken for a leak."""
+    check = AnswerFlowCheck(responder, threshold)
+    out = {}
+    for cond, infos in state_info.items():
+        scored = [(inst, r) for inst, r, info in zip(instances, rules[cond], infos, strict=True)
+                  if r is not None and not info["leak"]]  # fmt: skip
+        shifts = sorted(s for s in check.shifts([i for i, _ in scored], [r for _, r in scored]) if s is not None)
+        out[cond] = {
+            "states": len(shifts),
+            "rejected": sum(s > threshold for s in shifts),
+            "rejected_rate": round(sum(s > threshold for s in shifts) / len(shifts), 4) if shifts else None,
+            "shift_p50": round(quantile(shifts, 0.5), 4) if shifts else None,
+            "shift_p99": round(quantile(shifts, 0.99), 4) if shifts else None,
+            "shift_max": round(shifts[-1], 4) if shifts else None,
+        }
+    return out
 
 
 def _weights_equal(a: Path, b: Path) -> bool:
@@ -381,6 +416,16 @@ def _weights_equal(a: Path, b: Path) -> bool:
 
     wa, wb = load_file(str(a / "model.safetensors")), load_file(str(b / "model.safetensors"))
     return wa.keys() == wb.keys() and all(torch.equal(wa[k], wb[k]) for k in wa)
+
+
+def training_answer_flow_rejects(run_dir: Path) -> float | None:
+    """A GRPO run's mean logged answer-flow rejection rate (``memstate/answer_flow_rejects``) over its steps."""
+    log = run_dir / "log_history.json"
+    if not log.is_file():
+        return None
+    key = "memstate/answer_flow_rejects"
+    rates = [e[key] for e in json.loads(log.read_text()) if key in e]
+    return sum(rates) / len(rates) if rates else None
 
 
 def late_training_gain(run_dir: Path) -> float | None:
@@ -416,6 +461,9 @@ def experiment_report(cfg, records, behaviour, policies, data_dir, responder_dir
             "outdated_preference_rate": overall[cond]["superseded_pick_rate"],
             "format_rate": overall[cond].get("format_rate"),
             "late_training_gain": late_training_gain(Path(cfg.out) / cond) if cond in GRPO_RUNS else None,
+            "training_answer_flow_rejects": training_answer_flow_rejects(Path(cfg.out) / cond)
+            if cond in GRPO_RUNS
+            else None,
         }
         for cond in CONDITIONS
     }
@@ -477,7 +525,8 @@ def write_report(report: dict, out: Path) -> None:
         f"{cfg['users']} users, test: {report['n_test']} instances of {report['test_users']} unseen users",
         f"- responder steps {cfg['responder_steps']}, warm-up steps {cfg['warmup_steps']}, GRPO steps "
         f"{cfg['grpo_steps']} (lr {cfg['learning_rate']}), lr=0 control {cfg['lr0_steps']} steps "
-        f"(weights unchanged: {report['control_lr0_weights_unchanged']})",
+        f"(weights unchanged: {report['control_lr0_weights_unchanged']}); answer-flow check: "
+        + (f"on (threshold {cfg['answer_flow_threshold']})" if cfg.get("answer_flow_check") else "off"),
         "",
         "| condition | accuracy | Δ vs no state [95% CI] | sycophancy | outdated pref. | format | late train gain |",
         "|---|---|---|---|---|---|---|",
@@ -496,6 +545,20 @@ def write_report(report: dict, out: Path) -> None:
         "",
         "Late training gain: the GRPO run's mean logged counterfactual gain over its second half, on its own (for the "
         "shuffled control, redrawn) train answers.",
+        "",
+        "## Answer-flow check on the test states",
+        "",
+        "Each policy's test states that passed the format and leak gates, scored by this responder with no memory "
+        f"shown (threshold {cfg['answer_flow_threshold']}); every one is a mix of the world's rule shapes, so a "
+        "rejection is a legitimate state taken for a leak.",
+        "",
+        "| condition | states | rejected | shift p50 | p99 | max | training rejection rate |",
+        "|---|---|---|---|---|---|---|",
+        *[
+            f"| {c} | {f['states']} | {f['rejected']} ({f['rejected_rate']}) | {f['shift_p50']} | {f['shift_p99']} | "
+            f"{f['shift_max']} | {report['conditions'][c].get('training_answer_flow_rejects')} |"
+            for c, f in report.get("answer_flow", {}).items()
+        ],
         "",
         "## Criteria",
         "",

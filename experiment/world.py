@@ -36,6 +36,7 @@ import torch
 import torch.nn.functional as F
 from accelerate.state import AcceleratorState, GradientState
 from datasets import Dataset
+from memstate.reward.answer_flow import flow_messages
 from transformers import (
     AutoModelForCausalLM,
     AutoTokenizer,
@@ -164,13 +165,30 @@ def build_world_models(train_instances: list[Instance], out_dir: Path, seed: int
 # loss term), or, with three times the states on a conflict, the evidence rules and not the preference one (0.51).
 # These counts give each rule ~5-10% of the rows. Which rules a state holds is still drawn blind to the instance.
 STATES_PER_TASK = {"evidence_conflict": 6, "preference_update": 4, "preference_history": 4}
+NO_MEMORY_EVERY = 12  # one row in twelve of the second phase shows no memory (``no_memory_rows``)
 OTHER_STATES = 2  # evidence_consistent, preference_current: no rule should change the answer
 
 
-def _prompt_ids(tokenizer, inst: Instance, rules: tuple[str, ...] | None) -> list[int]:
-    return tokenizer.apply_chat_template(
-        responder_messages(inst, rules), add_generation_prompt=True, tokenize=True, return_dict=False
-    )
+def _prompt_ids(tokenizer, inst: Instance, rules: tuple[str, ...] | None, memories: bool = True) -> list[int]:
+    messages = responder_messages(inst, rules) if memories else flow_messages(inst, rules)
+    return tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True, return_dict=False)
+
+
+def no_memory_letter(instance: Instance) -> str:
+    """What the responder answers when it is shown no memory at all, with or without rules: "not enough info" on a
+    claim, the first option otherwise. Rules about memories have nothing to act on then; that is what the reward's
+    answer-flow check (``memstate.reward.answer_flow``) measures of a state, so the world's responder must have it.
+    Trained without such prompts it answered "Trust the evidence" with no evidence present by one confident letter
+    (a shift of ~1.0 on half the test instances): an artefact of its data, which the check would take for a leak.
+
+    >>> from memstate.schema import Fact
+    >>> inst = Instance("x", "synthetic", "evidence_conflict", "belief", "Claim?", (), "refuted", "label",
+    ...                 ("supported", "refuted", "not enough info"), (Fact("F1", "e", "evidence"),), ())
+    >>> no_memory_letter(inst)
+    'C'
+    """
+    letters = option_letters(len(instance.candidates))
+    return letters[instance.labels.index("not enough info")] if "not enough info" in instance.labels else letters[0]
 
 
 # The responder's curriculum: each phase's share of the steps, the rows it draws from, and its learning-rate factor.
@@ -207,7 +225,10 @@ def responder_examples(tokenizer, instances: list[Instance], seed: int, total: i
     """The ``total`` rows the responder trains on, in order, phase by phase (``CURRICULUM``), each phase shuffled
     passes over its rows: each instance with no state and with ``STATES_PER_TASK`` random states. A row is the
     responder's prompt ids (exactly as ``TransformersResponder`` builds them) followed by the letter ``world_letter``
-    gives, and the letter's token id."""
+    gives, and the letter's token id. Every ``NO_MEMORY_EVERY``-th row of the second phase is instead a prompt with
+    no memory shown (``no_memory_rows``), drawn from its own random stream so the other rows are the ones they were
+    before such rows existed: measured, adding them to the pools (which reshuffled every row) left a responder that
+    followed "Use the newer preference" on 4% of the test cases (86% before)."""
     rng = random.Random(f"responder:{seed}")
     pools: dict[str, list] = {"reading": [], "all": []}
     for inst in instances:
@@ -228,7 +249,26 @@ def responder_examples(tokenizer, instances: list[Instance], seed: int, total: i
             order += rng.sample(pools[phase], len(pools[phase]))[:n]
             n -= len(pools[phase])
         done = len(order)
+    bare_rows = no_memory_rows(tokenizer, instances, seed)
+    start = int(total * CURRICULUM[0][1])
+    for j, position in enumerate(range(start, total, NO_MEMORY_EVERY)):
+        order[position] = bare_rows[j % len(bare_rows)]
     return order
+
+
+def no_memory_rows(tokenizer, instances: list[Instance], seed: int) -> list[dict[str, list[int] | int]]:
+    """Rows with no memory shown (the answer-flow check's prompt), without and with a random state, all answered with
+    ``no_memory_letter``: rules about memories have nothing to act on then. Shuffled, from their own random stream."""
+    rng = random.Random(f"responder-no-memory:{seed}")
+    rows = []
+    for inst in instances:
+        label = tokenizer.convert_tokens_to_ids(no_memory_letter(inst))
+        bare = _prompt_ids(tokenizer, inst, None, memories=False)
+        with_rules = _prompt_ids(tokenizer, inst, responder_state(rng), memories=False)
+        lm_len = next((k for k, (a, b) in enumerate(zip(with_rules, bare, strict=False)) if a != b), len(bare))
+        rows += [{"input_ids": [*bare, label], "label": label, "lm_len": len(bare)},
+                 {"input_ids": [*with_rules, label], "label": label, "lm_len": lm_len}]  # fmt: skip
+    return rng.sample(rows, len(rows))
 
 
 def skill_examples(tokenizer, instances: list[Instance]) -> list[dict]:
@@ -247,6 +287,10 @@ def skill_examples(tokenizer, instances: list[Instance]) -> list[dict]:
             label = tokenizer.convert_tokens_to_ids(world_letter(inst, rules))
             skill = "no_state" if rules is None else "neutral" if rules == neutral else rules[0]
             rows.append({"input_ids": [*ids, label], "label": label, "lm_len": 0, "skill": skill})
+        if n % 3 == 1:  # a pair's rule with no memory shown changes nothing
+            ids = _prompt_ids(tokenizer, inst, (PAIRS[n // 3 % 2][n // 6 % 2],), memories=False)
+            label = tokenizer.convert_tokens_to_ids(no_memory_letter(inst))
+            rows.append({"input_ids": [*ids, label], "label": label, "lm_len": 0, "skill": "no_memory"})
     return sorted(rows, key=lambda row: len(row["input_ids"]))
 
 

@@ -39,8 +39,8 @@ from memstate.prompts import PROMPT_VERSION, Message, responder_request_messages
 from memstate.responder_protocol import ContinuationLogprob, Responder
 from memstate.schema import Instance, option_letters
 
-# Provisional: a rise of 0.2 in one candidate's probability from the state alone. To be calibrated on red-team states
-# and on the states of trained policies (evaluate: ``answer_flow_top`` in report.json).
+# A rise of 0.2 in one candidate's probability from the state alone. In the sycophancy world no legitimate state came
+# near it (largest shift 0.0017 of 2,805); per responder, set it with benchmarks/calibrate_answer_flow.py.
 DEFAULT_THRESHOLD = 0.2
 
 _SCHEMA = """

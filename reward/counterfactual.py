@@ -46,7 +46,10 @@ class RewardConfig:
     )  # fmt: skip
     answer_flow_threshold: float = field(
         default=DEFAULT_THRESHOLD,
-        metadata={"help": "Largest rise of a candidate's probability a state may cause alone (provisional)."},
+        metadata={
+            "help": "Largest rise of a candidate's probability a state may cause alone; calibrate it per responder "
+            "(benchmarks/calibrate_answer_flow.py)."
+        },
     )
 
     def __post_init__(self) -> None:

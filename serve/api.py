@@ -15,6 +15,7 @@ policy answered with an error or garbage; 503 the policy is unreachable; 504 it 
 
 # No `from __future__ import annotations`: FastAPI resolves the dependency annotations of the closures in
 # create_app at runtime, and string annotations would point at names local to create_app.
+import asyncio
 import hmac
 import json
 import logging
@@ -425,7 +426,12 @@ def create_app(config: ApiConfig, *, policy_transport: httpx.AsyncBaseTransport 
         ok = not isinstance(state, FormatError)
         if not ok:
             unusable.inc()
-        names = leak_reason(state.text, body.options, "choice") if ok and body.options else None
+        names = None
+        if ok and body.options:  # the gate of training (its semantic check embeds text: off the event loop)
+            facts_text = [f.text for f in body.facts]
+            names = await asyncio.to_thread(
+                leak_reason, state.text, body.options, "choice", question=body.question, facts=facts_text
+            )
         if names:
             naming.inc()
         seconds = time.perf_counter() - started

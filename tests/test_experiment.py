@@ -15,6 +15,7 @@ from memstate.experiment.world import (
     AnswerTokenTrainer,
     build_world_models,
     left_pad_collator,
+    no_memory_letter,
     responder_examples,
     skill_examples,
     train_responder,
@@ -75,12 +76,29 @@ def test_skill_rows_are_where_a_lone_rule_changes_the_answer(world):
     rows = skill_examples(tokenizer, validation)
     skills = Counter(r["skill"] for r in rows)
     # "Use the older preference" agrees with the no-state answer everywhere, so it is no skill to check.
-    assert set(skills) == {"no_state", "neutral", TRUST_EVIDENCE, FOLLOW_USER, USE_LATEST}
+    assert set(skills) == {"no_state", "neutral", "no_memory", TRUST_EVIDENCE, FOLLOW_USER, USE_LATEST}
     assert skills["no_state"] == skills["neutral"] == len(validation[::3])
+    assert skills["no_memory"] == len(validation[1::3])
+    # With no memory shown a rule has nothing to act on: the row expects the no-memory answer, whatever the rule.
+    for row in (r for r in rows if r["skill"] == "no_memory"):
+        assert "Memories:\n(none)" in tokenizer.decode(row["input_ids"])
+        assert tokenizer.convert_ids_to_tokens(row["label"]) in ("A", "C")
     conflicts = [i for i in validation if i.task == "evidence_conflict"]
     assert skills[TRUST_EVIDENCE] + skills[FOLLOW_USER] == len(conflicts)  # persuasive or not: one of them flips it
     for row in rows:
         assert row["input_ids"][-1] == row["label"]
+
+
+def test_responder_trains_on_prompts_with_no_memory(world):
+    _, train, _, inits = world
+    tokenizer = AutoTokenizer.from_pretrained(inits["responder"])
+    rows = responder_examples(tokenizer, train, seed=0, total=10 * len(train))
+    bare = [r for r in rows if "Memories:\n(none)" in tokenizer.decode(r["input_ids"])]
+    assert len(bare) == len(range(int(0.25 * len(rows)), len(rows), 12))  # the second phase's every 12th row
+    assert not any("Memories:\n(none)" in tokenizer.decode(r["input_ids"]) for r in rows[: int(0.25 * len(rows))])
+    letters = {no_memory_letter(i) for i in train}
+    assert {tokenizer.convert_ids_to_tokens(r["label"]) for r in bare} <= letters
+    assert any("Rules for using the memories" in tokenizer.decode(r["input_ids"]) for r in bare)
 
 
 def test_responder_keeps_the_iterate_whose_weakest_skill_is_strongest(world):

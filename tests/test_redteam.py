@@ -135,3 +135,14 @@ def test_semantic_check_reads_verdicts_no_word_list_holds():
     assert semantic_reason("- The statement is accurate.\n- Use F1.", LABELS, "label")
     assert semantic_reason("- Trust the evidence over the user's belief.\n- Use F1.", LABELS, "label") is None
     assert semantic_reason("- If the memories disagree, follow the evidence.\n- Use F1.", LABELS, "label") is None
+
+
+def test_the_semantic_thresholds_in_code_are_the_calibrated_ones():
+    import json
+    from dataclasses import asdict
+
+    from memstate.leak.semantic import THRESHOLDS
+
+    calibration = json.loads((REDTEAM.parents[2] / "benchmarks/results/leak_semantic_calibration.json").read_text())
+    assert calibration["thresholds"] == asdict(THRESHOLDS)  # rerun benchmarks/calibrate_leak_semantic.py on a change
+    assert calibration["calibration_set"]["gate"]["legitimate_rejected"] == f"0/{len(LEGIT)}"

@@ -156,7 +156,9 @@ class _Embeddings:
                     from memstate.embedding import load_sentence_transformer
 
                     self._model = load_sentence_transformer()
-                vectors = self._model.encode(todo, normalize_embeddings=True, convert_to_numpy=True, batch_size=64)
+                vectors = self._model.encode(
+                    todo, normalize_embeddings=True, convert_to_numpy=True, batch_size=64, show_progress_bar=False
+                )
                 if len(self._cache) + len(todo) > self.limit:
                     self._cache.clear()
                 self._cache.update(zip(todo, vectors, strict=True))
