@@ -161,17 +161,22 @@ class CounterfactualGainReward:
         shifts: list[float | None] = [None] * n
         with_state: list[float | None] = [None] * n
         to_score: dict[tuple[str, str], list[int]] = {}  # (instance id, state text) -> completion indices
+        leak_reasons: dict[tuple[str, str], str | None] = {}  # the gate once per distinct (instance, state)
         n_format = n_leak = 0
         n_cut = sum(isinstance(p, FormatError) and p.reason == CUT_OFF for p in parsed)
         for i, (inst, state) in enumerate(zip(instances, parsed, strict=True)):
             if isinstance(state, FormatError):
                 rewards[i], gate[i], reason[i] = self.config.format_penalty, "format", state.reason
                 n_format += 1
-            elif (why := instance_leak_reason(state.text, inst)) is not None:
-                rewards[i], gate[i], reason[i] = self.config.leak_penalty, "leak", why
+                continue
+            pair = (inst.id, state.text)
+            if pair not in leak_reasons:
+                leak_reasons[pair] = instance_leak_reason(state.text, inst)
+            if leak_reasons[pair] is not None:
+                rewards[i], gate[i], reason[i] = self.config.leak_penalty, "leak", leak_reasons[pair]
                 n_leak += 1
             else:
-                to_score.setdefault((inst.id, state.text), []).append(i)
+                to_score.setdefault(pair, []).append(i)
         n_dedup = sum(len(v) - 1 for v in to_score.values())
 
         # Answer flow: each distinct passing state once, with no memory shown; a rejected one is not scored further.

@@ -293,7 +293,8 @@ _PICK_IT = re.compile(
 )
 
 
-def _letter_forms(letters: Sequence[str]) -> list[tuple[str, str]]:
+@lru_cache(maxsize=64)
+def _letter_forms(letters: tuple[str, ...]) -> list[tuple[str, str]]:
     allowed = "".join(letters)
     cls = f"[{allowed}{allowed.lower()}]"
     names = "|".join(lx.LETTER_NAMES[x] for x in letters if x in lx.LETTER_NAMES)
@@ -344,7 +345,7 @@ def letter_reason(text: str, letters: Sequence[str]) -> str | None:
     """
     if not letters:
         return None
-    for form, kind in _letter_forms(letters):
+    for form, kind in _letter_forms(tuple(letters)):
         for m in re.finditer(form, text, flags=re.MULTILINE):
             got = m.group(1)
             if kind == "neighbour":
@@ -565,9 +566,10 @@ def encoding_reason(text: str, candidates: Sequence[str], letters: Sequence[str]
     for word in words:
         if word in quoted or (len(word) >= 5 and word in initials) or word == rule_initials:
             return f"splits a candidate across the state: {word!r}"
+    short_words = _words_of(candidates, 3)
     for decoded in _decoded_tokens(text):
         dec = _letters(decoded)
-        for word in _words_of(candidates, 3):
+        for word in short_words:
             if word in dec:
                 return f"encodes a candidate: {word!r} (base64/hex/character code)"
         if decoded.strip().upper() in letters:
