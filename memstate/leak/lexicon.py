@@ -255,7 +255,9 @@ LIST_PLACES = (
     r"(first|last|second|third) (on|in) the (list|lineup)|penultimate|the middle (\w+)|"
     r"(in|at) (the )?(first|second|third|fourth|last|final|top|bottom) (place|position|spot|slot|row|rank)|"
     r"(zero|one|0|1)[ -]?based|index (\d|zero|one|two|three)|"
-    r"(listed|placed|shown|given|written|printed) (before|after|above|below|ahead of|behind) the other"
+    r"(listed|placed|shown|given|written|printed) (before|after|above|below|ahead of|behind) the other|"
+    r"(letter|option|label|answer|choice|entry|item|candidate|verdict|reply)s? (at|on) the (very )?(top|bottom|end|"
+    r"start|head|tail)"
 )
 # Describing the answer itself ("the answer mentions peppercorns", "pick the label that means ...").
 ANSWER_DESCRIPTION = (
