@@ -19,7 +19,8 @@ reference (there is no other candidate to compare), as the free-text leak gate d
 
 Cost: one responder prompt per distinct state, plus one no-memory no-state prompt per distinct request; both are
 cached by content (sha256 of the exact request and the responder's ``identity``, as ``reward.cache`` keys baselines),
-in memory and, given a path, in a second table of the baseline cache's SQLite file. A state seen again (GRPO repeats
+in memory and, given a path, in a second table of the baseline cache's SQLite file (read-write, or a read-only
+node-local copy whose misses stay in memory, as the baseline cache is opened). A state seen again (GRPO repeats
 states across steps) costs no call. A request the responder could not answer (``None``) is not cached and gives no
 shift: the state is not rejected by this check, and callers count it.
 """
@@ -32,7 +33,7 @@ import threading
 from collections.abc import Sequence
 from pathlib import Path
 
-from memstate.reward.cache import connect, request_digest
+from memstate.reward.cache import connect, connect_read_only, request_digest
 from memstate.reward.score import continuation_probability, option_probability
 
 from memstate.prompts import PROMPT_VERSION, Message, responder_request_messages
@@ -43,6 +44,7 @@ from memstate.schema import Instance, option_letters
 # near it (largest shift 0.0017 of 2,805); per responder, set it with benchmarks/calibrate_answer_flow.py.
 DEFAULT_THRESHOLD = 0.2
 
+_TABLE = "answer_flow_probabilities"
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS answer_flow_probabilities (
     digest TEXT PRIMARY KEY,
@@ -124,15 +126,22 @@ def quantile(values: Sequence[float], q: float) -> float:
 
 class AnswerFlowCache:
     """Candidate probabilities by request digest: in memory, and in the SQLite file ``path`` when given (table
-    ``answer_flow_probabilities``, next to the baselines; WAL, first value wins). ``hits``/``misses`` count lookups."""
+    ``answer_flow_probabilities``, next to the baselines; WAL, first value wins), or with ``read_only`` read from a
+    file that does not change (the baseline cache's node-local copy), new values kept in memory only.
+    ``hits``/``misses`` count lookups."""
 
-    def __init__(self, path: str | Path | None = None):
+    def __init__(self, path: str | Path | None = None, *, read_only: bool = False):
         self.path = Path(path) if path else None
+        self.read_only = bool(read_only and self.path)
         self.hits = 0
         self.misses = 0
         self._memory: dict[str, tuple[float, ...]] = {}
+        self._unsaved: set[str] = set()  # read-only: digests put here that the file does not hold
         self._lock = threading.Lock()
-        self._db = connect(self.path, _SCHEMA) if self.path else None
+        self._db = None
+        if self.path:
+            read_only = self.read_only
+            self._db = connect_read_only(self.path, _TABLE) if read_only else connect(self.path, _SCHEMA)
 
     def get_many(self, digests: Sequence[str]) -> dict[str, tuple[float, ...]]:
         todo = {d for d in digests if d not in self._memory}
@@ -151,6 +160,13 @@ class AnswerFlowCache:
 
     def put_many(self, rows: Sequence[tuple[str, str, str, bool, tuple[float, ...]]]) -> None:
         """``rows``: (digest, instance id, responder identity, with a state?, probabilities)."""
+        if self.read_only:  # memory only; the first value wins, as in the file
+            with self._lock:
+                for digest, *_, probs in rows:
+                    if digest not in self._memory and not self._in_file(digest):
+                        self._memory[digest] = probs
+                        self._unsaved.add(digest)
+            return
         for digest, *_, probs in rows:
             self._memory.setdefault(digest, probs)
         if self._db is not None and rows:
@@ -162,10 +178,15 @@ class AnswerFlowCache:
                 )
                 self._db.execute("COMMIT")
 
+    def _in_file(self, digest: str) -> bool:
+        return self._db is not None and (
+            self._db.execute(f"SELECT 1 FROM {_TABLE} WHERE digest=?", (digest,)).fetchone() is not None
+        )
+
     def __len__(self) -> int:
         if self._db is not None:
             with self._lock:
-                return self._db.execute("SELECT COUNT(*) FROM answer_flow_probabilities").fetchone()[0]
+                return self._db.execute(f"SELECT COUNT(*) FROM {_TABLE}").fetchone()[0] + len(self._unsaved)
         return len(self._memory)
 
     def close(self) -> None:

@@ -4,6 +4,11 @@ Every no-state Score(A(q, M_q), y*) of a split is computed once, in batches, and
 scores candidate states. An instance whose exact request (messages, continuations, mode, responder identity: see
 ``reward.cache.baseline_key``) is already cached is skipped, whichever dataset build cached it, so an interrupted run
 resumes where it stopped and a rebuilt dataset only rescores the prompts that changed.
+
+It writes in SQLite's WAL mode and, when it stops (done or interrupted by an exception), folds the log into the file
+and leaves it in rollback-journal mode: no ``-wal`` file, so the file alone is complete and training can copy it to
+node-local disk and read it there (``reward.cache.open_training_cache``). A ``-wal`` file left next to it means a run
+is still writing it or was killed: rerun this command on it to finish it.
 """
 
 from __future__ import annotations
@@ -32,17 +37,19 @@ def precompute_baselines(
     cache = BaselineCache(cache_path)
     reward = CounterfactualGainReward(responder, RewardConfig(mode=mode), cache)
     counts = {"instances": 0, "scored": 0, "cached_before": 0, "unscorable": 0}
-    for split in splits:
-        instances = load_split(data_dir, split)
-        counts["instances"] += len(instances)
-        for start in tqdm(range(0, len(instances), batch_size), desc=f"baselines {split}", unit="batch"):
-            batch = instances[start : start + batch_size]
-            hits, prompts = cache.hits, reward.responder_prompts
-            found = reward.baselines(batch)
-            counts["cached_before"] += cache.hits - hits
-            counts["scored"] += reward.responder_prompts - prompts
-            counts["unscorable"] += len(batch) - len(found)
-    cache.close()
+    try:
+        for split in splits:
+            instances = load_split(data_dir, split)
+            counts["instances"] += len(instances)
+            for start in tqdm(range(0, len(instances), batch_size), desc=f"baselines {split}", unit="batch"):
+                batch = instances[start : start + batch_size]
+                hits, prompts = cache.hits, reward.responder_prompts
+                found = reward.baselines(batch)
+                counts["cached_before"] += cache.hits - hits
+                counts["scored"] += reward.responder_prompts - prompts
+                counts["unscorable"] += len(batch) - len(found)
+    finally:
+        cache.close(self_contained=True)  # no -wal file left: a byte copy of the file is the whole cache
     counts["scored"] -= counts["unscorable"]
     logger.info("baselines in %s: %s", cache_path, counts)
     return counts

@@ -2,6 +2,9 @@
 
 import json
 import multiprocessing as mp
+import shutil
+import sqlite3
+from contextlib import closing
 from dataclasses import replace
 from pathlib import Path
 
@@ -168,3 +171,39 @@ def test_a_rebuilt_dataset_reuses_only_identical_requests(tiny_models, tiny_buil
     assert [j.score for j in served.values()] == pytest.approx([j.score for j in fresh], abs=1e-6)
     assert [(j.correct, j.answer) for j in served.values()] == [(j.correct, j.answer) for j in fresh]
     cache.close()
+
+
+def test_precompute_leaves_a_file_complete_on_its_own(fever_data, tmp_path):
+    """No -wal next to it (training refuses one) and rollback-journal mode in its header, so a byte copy read with
+    ``immutable=1`` (no lock, no WAL) is the whole cache; a read-write opener turns WAL on again."""
+    path = tmp_path / "shared" / "baselines.sqlite"
+    splits = ["train", "test"]
+    counts = precompute_baselines(Recorder(), str(fever_data), splits, str(path), "likelihood", batch_size=16)
+    assert counts["unscorable"] == 0 and counts["scored"] > 0
+    assert sorted(p.name for p in path.parent.iterdir()) == ["baselines.sqlite"]
+    assert path.read_bytes()[18:20] == b"\x01\x01"  # file format read/write versions 1: not WAL
+    keys = [baseline_key(i, "likelihood", Recorder.identity) for s in splits for i in load_split(fever_data, s)]
+    copy = tmp_path / "copy.sqlite"
+    shutil.copyfile(path, copy)
+    with closing(sqlite3.connect(f"{copy.as_uri()}?mode=ro&immutable=1", uri=True)) as db:
+        assert db.execute("SELECT COUNT(*) FROM baseline_scores").fetchone()[0] == len({k.digest for k in keys})
+    served = BaselineCache(copy, read_only=True)
+    assert len(served.get_many(keys)) == len(keys) and served.misses == 0
+    reopened = BaselineCache(path)
+    assert reopened._db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    reopened.close()
+
+
+def test_an_interrupted_precompute_still_leaves_no_wal(fever_data, tmp_path):
+    class Failing(Recorder):
+        def answer_logprob(self, prompts, continuations):
+            if self.sent:
+                raise RuntimeError("responder died")
+            return super().answer_logprob(prompts, continuations)
+
+    path = tmp_path / "baselines.sqlite"
+    with pytest.raises(RuntimeError, match="responder died"):
+        precompute_baselines(Failing(), str(fever_data), ["train"], str(path), "likelihood", batch_size=4)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["baselines.sqlite"]
+    with closing(sqlite3.connect(f"{path.as_uri()}?mode=ro&immutable=1", uri=True)) as db:
+        assert db.execute("SELECT COUNT(*) FROM baseline_scores").fetchone()[0] == 4  # the batch done before
