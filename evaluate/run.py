@@ -360,7 +360,10 @@ def evaluate_checkpoint(config: EvalConfig) -> Path:
         rules[cond] = [r for r, _ in parsed]
         state_info[cond] = [info for _, info in parsed]
 
-    responder = make_responder(replace(config, responder_model=responder_model), config.device, config.dtype)
+    # The answer-flow shift is a likelihood whatever the score mode: the server must serve those requests too.
+    responder = make_responder(
+        replace(config, responder_model=responder_model), config.device, config.dtype, likelihood=config.answer_flow
+    )
     if config.answer_flow:
         spent = answer_flow_shifts(responder, instances, rules, state_info)
         logger.info("responder: answer flow of the states that passed the gates (%d prompts)", spent)

@@ -5,8 +5,9 @@ config dataclasses, mostly ``memstate.parsing.StageParser``, which also reads ``
 ``run(parsed)``. The module is imported only when its command runs, so ``memstate --help`` stays fast.
 
 User mistakes (a ``memstate.errors.MemstateError``: a missing file, a bad config field, a server that is down) print
-one line, ``memstate <command>: error: <message> (hint: <hint>)``, and exit 2; ``--debug`` or ``MEMSTATE_DEBUG=1``
-shows the traceback instead. Anything else is a bug and keeps its traceback.
+one line, ``memstate <command>: error: <message> (hint: <hint>)``, and exit 2 (3: ``memstate train`` stopped because
+the responder failed mid-run, after saving a checkpoint to ``--resume`` from; ``memstate.errors.ResponderFailure``);
+``--debug`` or ``MEMSTATE_DEBUG=1`` shows the traceback instead. Anything else is a bug and keeps its traceback.
 """
 
 from __future__ import annotations
@@ -214,7 +215,7 @@ def main(argv: list[str] | None = None) -> int:
         message = " ".join(str(e).split())
         hint = f" (hint: {e.hint.replace('memstate <command>', prog)})" if e.hint else ""
         sys.stderr.write(f"{prog}: error: {message}{hint}\n")
-        return 2
+        return e.exit_code
     return int(code or 0)
 
 

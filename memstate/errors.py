@@ -8,9 +8,11 @@ from __future__ import annotations
 
 
 class MemstateError(Exception):
-    """Base of the user-fixable errors. ``hint`` says what to do about it (one line, or None)."""
+    """Base of the user-fixable errors. ``hint`` says what to do about it (one line, or None); ``exit_code`` is the
+    CLI's exit status for it (2, except where a subclass says otherwise)."""
 
     hint: str | None = None
+    exit_code: int = 2
 
 
 class ConfigError(MemstateError, ValueError):
@@ -36,3 +38,27 @@ class InputNotFound(MemstateError, FileNotFoundError):
     is not what the command needs."""
 
     hint = "check the path (relative paths are from the current directory)"
+
+
+class ResponderFailure(MemstateError, RuntimeError):
+    """Training stopped because the responder could not score: more than ``max_unscorable_share`` of the completions
+    that needed it were unscorable in ``unscorable_patience`` consecutive generation rounds (``reward/failure.py``).
+    ``memstate train`` saves a checkpoint of the last completed step and ``stopped.json`` first, then exits 3 (not
+    2), so a launch script can tell "fix the responder and resume" from a mistake in the command."""
+
+    hint = "stopped.json in output_dir has the details; --resume continues from the checkpoint it names"
+    exit_code = 3
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        share: float | None = None,
+        rounds: int | None = None,
+        last_error: str | None = None,
+        step: int | None = None,
+        checkpoint: str | None = None,
+    ):
+        super().__init__(message)
+        self.share, self.rounds, self.last_error = share, rounds, last_error
+        self.step, self.checkpoint = step, checkpoint

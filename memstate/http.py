@@ -12,6 +12,9 @@ retries, backoff and concurrency. ``HTTPClient`` (blocking; safe to share betwee
 with exponential backoff and full jitter (attempt ``k`` waits a uniform draw from ``[0, backoff · 2^(k-1)]``, at
 most ``max_delay``). Any other 4xx is the request's own fault: ``HTTPRejected`` at once, never retried. After the
 last attempt ``HTTPUnavailable`` (a ``ServerUnavailable``) names the URL, the attempts and every attempt's error.
+``deadline`` bounds one call in all (waiting for a slot, every attempt and every wait between them): without it a
+server that hangs holds a call for ``timeout · (max_retries + 1)`` plus the waits; with it the call gives up
+(``HTTPUnavailable`` of kind ``deadline``) once the deadline has passed, or when the next wait would pass it.
 ``HTTPStats`` counts what happened; one object may be shared by several clients.
 
 >>> settings = HTTPSettings("http://127.0.0.1:8000/", api_key="k", backoff=1.0, max_delay=3.0)
@@ -58,7 +61,10 @@ _REPLY_ERRORS = (KeyError, IndexError, TypeError, ValueError)  # json.JSONDecode
 class HTTPSettings:
     """Where a client sends and how it retries. ``max_retries`` counts retries (``max_retries + 1`` attempts);
     ``timeout`` is per attempt; ``backoff`` is the first retry's longest wait (doubling after), ``max_delay`` caps
-    every wait, ``Retry-After`` included; ``concurrency`` bounds the requests in flight (and the connection pool)."""
+    every wait, ``Retry-After`` included; ``concurrency`` bounds the requests in flight (and the connection pool);
+    ``deadline`` (seconds, None: unbounded) bounds one call in all: the wait for a slot, every attempt, every wait.
+    The async client enforces it exactly (the attempt in flight is cancelled); the sync one clips each attempt's
+    timeout to the time left (httpx's timeouts are per read, so a server that trickles bytes can overrun it)."""
 
     base_url: str
     api_key: str | None = None
@@ -67,6 +73,11 @@ class HTTPSettings:
     backoff: float = 0.5
     max_delay: float = 30.0
     concurrency: int = 16
+    deadline: float | None = None
+
+    def __post_init__(self) -> None:
+        if self.deadline is not None and self.deadline <= 0:
+            raise ValueError(f"deadline must be positive (or None), got {self.deadline}")
 
     @property
     def root(self) -> str:
@@ -84,7 +95,7 @@ class HTTPSettings:
 class HTTPStats:
     """What the clients did: ``requests`` sent (retries included), ``retries``, how attempts failed (``timeouts``,
     ``server_errors`` — 429 and 5xx —, ``transport_errors``, ``bad_replies``), and calls that ended without a result
-    (``gave_up``: the retry budget spent or a 4xx; ``rejected``: the 4xx among them). Thread-safe."""
+    (``gave_up``: the retry budget or the deadline spent, or a 4xx; ``rejected``: the 4xx among them). Thread-safe."""
 
     requests: int = 0
     retries: int = 0
@@ -105,14 +116,32 @@ class HTTPStats:
 
 
 class HTTPUnavailable(ServerUnavailable):
-    """No usable reply after every attempt. ``errors``: one line per attempt; ``kind`` of the last failure:
-    ``timeout``, ``transport``, ``status`` (429/5xx; ``status`` and ``body`` say which) or ``reply`` (malformed)."""
+    """No usable reply after every attempt. ``errors``: one line per attempt (a last line saying so when the deadline
+    ended the call); ``kind`` of the last failure: ``timeout``, ``transport``, ``status`` (429/5xx; ``status`` and
+    ``body`` say which), ``reply`` (malformed) or ``deadline`` (``HTTPSettings.deadline`` passed: during an attempt,
+    or before a retry whose wait would pass it)."""
 
-    def __init__(self, method: str, url: str, errors: list[str], kind: str, status: int | None = None, body: str = ""):
+    def __init__(
+        self,
+        method: str,
+        url: str,
+        errors: list[str],
+        kind: str,
+        status: int | None = None,
+        body: str = "",
+        *,
+        attempts: int | None = None,
+        deadline: float | None = None,
+    ):
         self.method, self.url, self.errors, self.kind, self.status, self.body = method, url, errors, kind, status, body
-        self.attempts, self.last = len(errors), errors[-1] if errors else ""
-        history = "; ".join(f"attempt {i}: {e}" for i, e in enumerate(errors, 1))
-        super().__init__(f"{method} {url}: no usable reply after {self.attempts} attempt(s) ({history})")
+        self.attempts, self.last = len(errors) if attempts is None else attempts, errors[-1] if errors else ""
+        # The first ``attempts`` lines are the attempts' errors; a line after them says why no attempt followed.
+        history = "; ".join(f"attempt {i}: {e}" if i <= self.attempts else e for i, e in enumerate(errors, 1))
+        if kind == "deadline":
+            message = f"no usable reply within the {deadline:g} s deadline ({self.attempts} attempt(s): {history})"
+        else:
+            message = f"no usable reply after {self.attempts} attempt(s) ({history})"
+        super().__init__(f"{method} {url}: {message}")
 
 
 class HTTPRejected(MemstateError, RuntimeError):
@@ -219,9 +248,39 @@ class _Base:
         )
 
     def _wait(self, attempt: int, last: _Retry) -> float:
-        self.stats.count("retries")
         header = last.response.headers.get("retry-after") if last.response is not None else None
         return retry_delay(self.settings, attempt, header, self._rng)
+
+    def _left(self, start: float) -> float | None:
+        """Seconds left before the deadline of a call that began at ``start`` (``time.monotonic``); None: none."""
+        deadline = self.settings.deadline
+        return None if deadline is None else deadline - (time.monotonic() - start)
+
+    def _past_deadline(self, method: str, path: str, errors: list[str], attempts: int, note: str) -> HTTPUnavailable:
+        self.stats.count("gave_up")
+        deadline = self.settings.deadline
+        return HTTPUnavailable(
+            method, self.url(path), [*errors, note], "deadline", attempts=attempts, deadline=deadline
+        )
+
+    def _after_failure(
+        self, method: str, path: str, errors: list[str], attempt: int, attempts: int, start: float, last: _Retry
+    ) -> float:
+        """After failed attempt ``attempt``: the wait before the next one, or the error that ends the call (the
+        deadline has passed or would pass during the wait, or the attempts are spent)."""
+        errors.append(last.message)
+        left = self._left(start)
+        if left is not None and left <= 0:
+            note = f"the {self.settings.deadline:g} s deadline passed"
+            raise self._past_deadline(method, path, errors, attempt, note) from None
+        if attempt == attempts:
+            raise self._give_up(method, path, errors, last) from None
+        wait = self._wait(attempt, last)
+        if left is not None and wait >= left:
+            note = f"the next attempt would start after the {self.settings.deadline:g} s deadline (wait {wait:.2g} s)"
+            raise self._past_deadline(method, path, errors, attempt, note) from None
+        self.stats.count("retries")
+        return wait
 
 
 class HTTPClient(_Base):
@@ -263,23 +322,30 @@ class HTTPClient(_Base):
         return self._loop(method, path, json, None, retry, timeout, raw=True)
 
     def _loop(self, method, path, json, parse, retry, timeout, *, raw):
-        options = {} if timeout is None else {"timeout": timeout}
-        errors: list[str] = []
+        start, errors = time.monotonic(), []
         attempts = self._attempts(retry)
         for attempt in range(1, attempts + 1):
+            left = self._left(start)
+            if not self._slots.acquire(timeout=None if left is None else max(left, 0.0)):
+                note = f"no free connection slot within the {self.settings.deadline:g} s deadline"
+                raise self._past_deadline(method, path, errors, attempt - 1, note)
             try:
-                with self._slots:
+                try:
                     self.stats.count("requests")
+                    left = self._left(start)  # the attempt's timeout, clipped to the time the deadline leaves
+                    per_attempt = self.settings.timeout if timeout is None else timeout
+                    options = {} if timeout is None and left is None else {
+                        "timeout": per_attempt if left is None else max(min(per_attempt, left), 0.001)
+                    }  # fmt: skip
                     try:
                         reply = self.http.request(method, path, json=json, **options)
                     except httpx.TransportError as e:
                         raise self._failed(e) from None
+                finally:
+                    self._slots.release()
                 return self._outcome(method, path, reply, parse, raw)
             except _Retry as last:
-                errors.append(last.message)
-                if attempt == attempts:
-                    raise self._give_up(method, path, errors, last) from None
-                _sleep(self._wait(attempt, last))
+                _sleep(self._after_failure(method, path, errors, attempt, attempts, start, last))
         raise AssertionError("unreachable")
 
     def close(self) -> None:
@@ -328,22 +394,29 @@ class AsyncHTTPClient(_Base):
 
     async def _loop(self, method, path, json, parse, retry, timeout, *, raw):
         options = {} if timeout is None else {"timeout": timeout}
-        errors: list[str] = []
+        start, errors = time.monotonic(), []
         attempts = self._attempts(retry)
         for attempt in range(1, attempts + 1):
+            sent = False
             try:
-                async with self._slots:
-                    self.stats.count("requests")
-                    try:
-                        reply = await self.http.request(method, path, json=json, **options)
-                    except httpx.TransportError as e:
-                        raise self._failed(e) from None
+                try:
+                    async with asyncio.timeout(self._left(start)):  # None: no deadline
+                        async with self._slots:
+                            self.stats.count("requests")
+                            sent = True
+                            try:
+                                reply = await self.http.request(method, path, json=json, **options)
+                            except httpx.TransportError as e:
+                                raise self._failed(e) from None
+                except TimeoutError:  # asyncio.timeout's: the deadline passed (httpx's timeouts are no TimeoutError)
+                    deadline = self.settings.deadline
+                    note = f"cut off by the {deadline:g} s deadline" if sent else (
+                        f"no free connection slot within the {deadline:g} s deadline"
+                    )  # fmt: skip
+                    raise self._past_deadline(method, path, errors, attempt if sent else attempt - 1, note) from None
                 return self._outcome(method, path, reply, parse, raw)
             except _Retry as last:
-                errors.append(last.message)
-                if attempt == attempts:
-                    raise self._give_up(method, path, errors, last) from None
-                await _asleep(self._wait(attempt, last))
+                await _asleep(self._after_failure(method, path, errors, attempt, attempts, start, last))
         raise AssertionError("unreachable")
 
     async def aclose(self) -> None:

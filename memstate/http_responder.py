@@ -14,26 +14,42 @@ Implements the ``Responder`` protocol for the reward:
 Requests run on one background event loop through ``memstate.http.AsyncHTTPClient`` (one connection pool, at most
 ``concurrency`` in flight, each with a timeout, retried with exponential backoff and full jitter on transport errors,
 timeouts, 429/5xx and malformed replies). A prompt whose requests still fail after the retry budget gets ``None``
-(the reward leaves it out); the counters in ``stats`` say what happened.
+(the reward leaves it out); the counters in ``stats`` say what happened, ``last_error`` the last failure in short.
+With ``deadline`` no call (all its attempts and waits) takes longer than that many seconds.
+
+``check_health`` (the server answers and serves ``model``; records its ``max_model_len``) and ``check_contract``
+(one request of each kind the score mode sends, in the very shapes the scoring code sends them; refuses a server whose
+replies lack what scoring reads, naming its version) run before any work: ``make_responder`` calls both.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import threading
 from dataclasses import dataclass
 
 from memstate.errors import ServerUnavailable
-from memstate.http import AsyncHTTPClient, HTTPRejected, HTTPSettings, HTTPStats, HTTPUnavailable
+from memstate.http import _REPLY_ERRORS, AsyncHTTPClient, HTTPRejected, HTTPSettings, HTTPStats, HTTPUnavailable
 from memstate.prompts import Message
 from memstate.responder_protocol import ContinuationLogprob
 
-__all__ = ["HTTPStats", "OpenAIResponder", "ResponderStats", "ResponderUnavailable"]
+__all__ = ["HTTPStats", "OpenAIResponder", "ResponderIncompatible", "ResponderStats", "ResponderUnavailable"]
+
+logger = logging.getLogger("memstate.responder")
+
+TESTED_VLLM = "0.31"  # the vLLM release whose replies the scoring code was checked against (tests/vllm_notes.md)
 
 
 class ResponderUnavailable(ServerUnavailable):
     """The responder endpoint cannot be reached or does not serve the expected model."""
+
+
+class ResponderIncompatible(ResponderUnavailable):
+    """The responder answers, but its replies lack what the score mode reads (``check_contract``)."""
+
+    hint = f"serve the responder with vLLM {TESTED_VLLM} (the [gpu] extra), or use a score_mode it supports"
 
 
 class _Unscorable(RuntimeError):
@@ -52,7 +68,9 @@ class ResponderStats(HTTPStats):
 
 class OpenAIResponder:
     """A ``Responder`` reached over HTTP. ``name`` labels it (default: ``model``); ``identity`` (cache keys) is the
-    name and chat-template options, plus the ``root`` the server reports for ``model`` once ``check_health`` ran."""
+    name and chat-template options, plus the ``root`` the server reports for ``model`` once ``check_health`` ran.
+    ``check_health`` also records the server's ``max_model_len`` for ``model`` (None when it reports none),
+    ``check_contract`` its ``server_version``; ``last_error`` is the last failed request in one short line."""
 
     def __init__(
         self,
@@ -65,6 +83,7 @@ class OpenAIResponder:
         timeout: float = 60.0,
         max_retries: int = 3,
         backoff: float = 0.5,
+        deadline: float | None = None,
         chat_template_kwargs: dict | None = None,
         seed: int = 0,
     ):
@@ -74,13 +93,17 @@ class OpenAIResponder:
         self.timeout = timeout
         self.max_retries = max_retries
         self.backoff = backoff
+        self.deadline = deadline
+        self.max_model_len: int | None = None  # the server's context for ``model`` (check_health)
+        self.server_version: str | None = None  # GET /version (check_contract); None: not asked, or not told
+        self.last_error: str | None = None  # the last request that failed after its retries, in short
         # Qwen3 responders answer directly; templates without the flag ignore it.
         self.chat_template_kwargs = {"enable_thinking": False} if chat_template_kwargs is None else chat_template_kwargs
         self.identity = self._identity(None)
         self.stats = ResponderStats()
         self.settings = HTTPSettings(
             self.base_url, api_key=api_key, timeout=timeout, max_retries=max_retries, backoff=backoff,
-            concurrency=concurrency,
+            concurrency=concurrency, deadline=deadline,
         )  # fmt: skip
         self._seed = seed
         self._token_cache: dict[str, list[int]] = {}
@@ -116,12 +139,105 @@ class OpenAIResponder:
         served = [m.get("id") for m in entries]
         if self.model not in served:
             raise ResponderUnavailable(f"responder at {self.base_url} serves {served}, not {self.model!r}")
+        entry = entries[served.index(self.model)]
         # vLLM's ``root``: the path or hub id the served weights were loaded from (not the URL, which may move).
-        self.identity = self._identity(entries[served.index(self.model)].get("root"))
+        self.identity = self._identity(entry.get("root"))
+        length = entry.get("max_model_len")  # vLLM lists each model's context; other servers may not
+        self.max_model_len = length if isinstance(length, int) and not isinstance(length, bool) else None
 
     def _identity(self, root: str | None) -> str:
         template = json.dumps(self.chat_template_kwargs, sort_keys=True)
         return f"{self.name}|{template}" + (f"|root={root}" if root else "")
+
+    # ---- contract -----------------------------------------------------------------------------------------------
+
+    def check_contract(self, score_mode: str, *, likelihood: bool | None = None) -> None:
+        """Send one request of each kind ``score_mode`` scores with, built by the same code as scoring's, and raise
+        ``ResponderIncompatible`` (one line: the server's version, the request, what its reply lacks) unless every
+        reply holds what scoring reads. Likelihood: ``/tokenize`` of two option letters, the chat request with their
+        ``logprob_token_ids``, and the free-text path (``/tokenize`` of a chat prompt and of a continuation, then
+        ``/v1/completions`` with ``prompt_logprobs``). Exact: one greedy chat request (sent in both modes).
+        ``likelihood`` (default: ``score_mode == "likelihood"``) asks for the likelihood requests in exact mode too
+        (the answer-flow check scores by likelihood whatever the mode). Call after ``check_health``."""
+        likelihood = score_mode == "likelihood" if likelihood is None else likelihood
+        self.server_version = self._run(self._version())
+        self._run(self._contract(likelihood))
+        also = " (likelihood requests checked too)" if likelihood and score_mode != "likelihood" else ""
+        logger.info("responder at %s (%s, max_model_len %s) can score in %s mode%s", self.base_url,
+                    self._version_text(), self.max_model_len, score_mode, also)  # fmt: skip
+
+    async def _version(self) -> str | None:
+        try:
+            body = await self._http.request("GET", "/version", retry=False)
+        except (HTTPUnavailable, HTTPRejected):
+            return None
+        version = body.get("version")
+        return version if isinstance(version, str) and version else None
+
+    def _version_text(self) -> str:
+        return f"server version {self.server_version}" if self.server_version else "version unknown"
+
+    async def _probe(self, what: str, path: str, payload: dict, parse, lacks: str, needs: str):
+        """One contract request: ``parse`` of its reply, or ``ResponderIncompatible`` saying what the reply lacks
+        (``lacks``) and why scoring needs it (``needs``); a server that does not answer is ``ResponderUnavailable``."""
+        where = f"responder at {self.base_url} ({self._version_text()})"
+        try:
+            body = await self._http.request("POST", path, json=payload)
+        except HTTPUnavailable as e:
+            raise ResponderUnavailable(f"{where} did not answer {what} (start-up check): {e.last}") from None
+        except HTTPRejected as e:
+            text = " ".join(e.text.split())[:200]
+            raise ResponderIncompatible(f"{where} refused {what}: HTTP {e.status}: {text}; {needs}") from None
+        try:
+            return parse(body)
+        except _REPLY_ERRORS:
+            raise ResponderIncompatible(f"{where}: the reply to {what} has {lacks}; {needs}") from None
+
+    async def _contract(self, likelihood: bool) -> None:
+        messages = _CONTRACT_MESSAGES
+        tested = f"(tested with vLLM {TESTED_VLLM})"
+        if likelihood:
+            letters = ["A", "B"]
+            letter_ids = [
+                await self._probe(
+                    "a /tokenize request for an option letter", "/tokenize", self._text_tokens_payload(letter),
+                    _parse_tokens, "no 'tokens' list of ints",
+                    f"likelihood scoring tokenizes the option letters with it {tested}; use score_mode: exact",
+                )
+                for letter in letters
+            ]  # fmt: skip
+            if all(len(ids) == 1 for ids in letter_ids):  # else scoring sends the letters down the free-text path
+                await self._probe(
+                    "a chat request with logprob_token_ids", "/v1/chat/completions",
+                    self._option_payload(messages, [ids[0] for ids in letter_ids]),
+                    lambda body: _parse_token_logprobs(body, letters),
+                    "no choices[0].logprobs.content[0].top_logprobs entries for the requested tokens",
+                    f"likelihood scoring needs them {tested}; use score_mode: exact or a vLLM that supports "
+                    "logprob_token_ids",
+                )  # fmt: skip
+            prompt_ids = await self._probe(
+                "a /tokenize request for a chat prompt", "/tokenize", self._chat_tokens_payload(messages),
+                _parse_tokens, "no 'tokens' list of ints",
+                f"free-text likelihood scoring tokenizes the prompt with the served chat template {tested}; use "
+                "score_mode: exact",
+            )  # fmt: skip
+            cont = await self._probe(
+                "a /tokenize request for a continuation", "/tokenize", self._text_tokens_payload(_CONTINUATION),
+                _nonempty_tokens, "no non-empty 'tokens' list of ints",
+                f"free-text likelihood scoring tokenizes the reference with it {tested}; use score_mode: exact",
+            )  # fmt: skip
+            await self._probe(
+                "a /v1/completions request with prompt_logprobs", "/v1/completions",
+                self._continuation_payload(prompt_ids, cont), lambda body: _sum_prompt_logprobs(body, cont),
+                "no choices[0].prompt_logprobs entries (keyed by token id) for the continuation's tokens",
+                f"free-text likelihood scoring needs them {tested}; use score_mode: exact or a vLLM that returns "
+                "prompt_logprobs",
+            )  # fmt: skip
+        await self._probe(
+            "a greedy chat request", "/v1/chat/completions", self._answer_payload(messages, 4), _parse_chat,
+            "no choices[0].message.content text",
+            f"exact scoring reads the answer there {tested}",
+        )  # fmt: skip
 
     # ---- requests -----------------------------------------------------------------------------------------------
 
@@ -129,34 +245,22 @@ class OpenAIResponder:
         """POST with the layer's retries; a body ``parse`` rejects is a malformed reply, retried in the same budget."""
         return await self._http.request("POST", path, json=payload, parse=parse)
 
-    async def _tokens(self, key: str, payload: dict) -> list[int]:
-        if key not in self._token_cache:
-            tokens = await self._checked("/tokenize", {"model": self.model, **payload}, _parse_tokens)
-            self._token_cache[key] = tokens
-        return self._token_cache[key]
+    # The request bodies, one builder each: scoring and check_contract send exactly these.
 
-    async def _prompt_tokens(self, messages: list[Message]) -> list[int]:
-        payload = {"messages": messages, "add_generation_prompt": True}
+    def _text_tokens_payload(self, text: str) -> dict:  # POST /tokenize of a continuation (an option letter)
+        return {"model": self.model, "prompt": text, "add_special_tokens": False}
+
+    def _chat_tokens_payload(self, messages: list[Message]) -> dict:  # POST /tokenize of a chat prompt
+        payload = {"model": self.model, "messages": messages, "add_generation_prompt": True}
         if self.chat_template_kwargs:
             payload["chat_template_kwargs"] = self.chat_template_kwargs
-        return await self._tokens("chat:" + json.dumps(messages, sort_keys=True), payload)
+        return payload
 
-    async def _continuation_logprob(self, prompt_ids: list[int], continuation: str) -> ContinuationLogprob:
-        cont = await self._tokens("text:" + continuation, {"prompt": continuation, "add_special_tokens": False})
-        if not cont:
-            raise _Unscorable(f"continuation {continuation!r} has no tokens")
-        payload = {
-            "model": self.model,
-            "prompt": prompt_ids + cont,
-            "max_tokens": 1,
-            "temperature": 0.0,
-            "prompt_logprobs": 0,
-        }
-        logprob = await self._checked("/v1/completions", payload, lambda body: _sum_prompt_logprobs(body, cont))
-        return ContinuationLogprob(logprob, len(cont))
+    def _continuation_payload(self, prompt_ids: list[int], cont: list[int]) -> dict:  # POST /v1/completions
+        return {"model": self.model, "prompt": prompt_ids + cont, "max_tokens": 1, "temperature": 0.0,
+                "prompt_logprobs": 0}  # fmt: skip
 
-    async def _option_logprobs(self, messages: list[Message], continuations: list[str], ids: list[int]):
-        """Single-token candidates (option letters): one chat request asking for exactly their log-probs."""
+    def _option_payload(self, messages: list[Message], ids: list[int]) -> dict:  # POST /v1/chat/completions
         payload = {
             "model": self.model,
             "messages": messages,
@@ -167,30 +271,64 @@ class OpenAIResponder:
         }
         if self.chat_template_kwargs:
             payload["chat_template_kwargs"] = self.chat_template_kwargs
+        return payload
+
+    def _answer_payload(self, messages: list[Message], max_new_tokens: int) -> dict:  # POST /v1/chat/completions
+        payload = {"model": self.model, "messages": messages, "temperature": 0.0, "max_tokens": max_new_tokens}
+        if self.chat_template_kwargs:
+            payload["chat_template_kwargs"] = self.chat_template_kwargs
+        return payload
+
+    def _failed(self, e: Exception) -> None:
+        """Count a prompt answered with None and remember why, in one short line."""
+        self.stats.count("unscorable_prompts")
+        if isinstance(e, HTTPUnavailable):
+            why = f"{e.method} {e.url}: {e.last}" + (" (deadline)" if e.kind == "deadline" else "")
+        else:
+            why = f"{type(e).__name__}: {e}"
+        self.last_error = " ".join(why.split())[:300]
+
+    async def _tokens(self, key: str, payload: dict) -> list[int]:
+        if key not in self._token_cache:
+            tokens = await self._checked("/tokenize", payload, _parse_tokens)
+            self._token_cache[key] = tokens
+        return self._token_cache[key]
+
+    async def _prompt_tokens(self, messages: list[Message]) -> list[int]:
+        return await self._tokens("chat:" + json.dumps(messages, sort_keys=True), self._chat_tokens_payload(messages))
+
+    async def _continuation_logprob(self, prompt_ids: list[int], continuation: str) -> ContinuationLogprob:
+        cont = await self._tokens("text:" + continuation, self._text_tokens_payload(continuation))
+        if not cont:
+            raise _Unscorable(f"continuation {continuation!r} has no tokens")
+        payload = self._continuation_payload(prompt_ids, cont)
+        logprob = await self._checked("/v1/completions", payload, lambda body: _sum_prompt_logprobs(body, cont))
+        return ContinuationLogprob(logprob, len(cont))
+
+    async def _option_logprobs(self, messages: list[Message], continuations: list[str], ids: list[int]):
+        """Single-token candidates (option letters): one chat request asking for exactly their log-probs."""
+        payload = self._option_payload(messages, ids)
         values = await self._checked("/v1/chat/completions", payload, lambda b: _parse_token_logprobs(b, continuations))
         return [ContinuationLogprob(v, 1) for v in values]
 
     async def _logprobs_for(self, messages: list[Message], continuations: list[str]):
         try:
-            cont_ids = [
-                await self._tokens("text:" + c, {"prompt": c, "add_special_tokens": False}) for c in continuations
-            ]
+            cont_ids = [await self._tokens("text:" + c, self._text_tokens_payload(c)) for c in continuations]
             if all(len(ids) == 1 for ids in cont_ids):
                 return await self._option_logprobs(messages, continuations, [ids[0] for ids in cont_ids])
             prompt_ids = await self._prompt_tokens(messages)
             return list(await asyncio.gather(*(self._continuation_logprob(prompt_ids, c) for c in continuations)))
-        except _FAILED:
-            self.stats.count("unscorable_prompts")
+        except _FAILED as e:
+            self._failed(e)
             return None
 
     async def _answer_for(self, messages: list[Message], max_new_tokens: int) -> str | None:
-        payload = {"model": self.model, "messages": messages, "temperature": 0.0, "max_tokens": max_new_tokens}
-        if self.chat_template_kwargs:
-            payload["chat_template_kwargs"] = self.chat_template_kwargs
         try:
-            return await self._checked("/v1/chat/completions", payload, _parse_chat)
-        except _FAILED:
-            self.stats.count("unscorable_prompts")
+            return await self._checked(
+                "/v1/chat/completions", self._answer_payload(messages, max_new_tokens), _parse_chat
+            )
+        except _FAILED as e:
+            self._failed(e)
             return None
 
     # ---- Responder protocol -------------------------------------------------------------------------------------
@@ -212,10 +350,25 @@ class OpenAIResponder:
         return list(self._run(run()))
 
 
+# What check_contract sends: a short closed-set request (like a responder prompt) and a multi-word continuation.
+_CONTRACT_MESSAGES: list[Message] = [
+    {"role": "system", "content": "Answer the request. Reply with the letter of one option."},
+    {"role": "user", "content": "Request: Is water wet?\nA. yes\nB. no\nAnswer with the letter only."},
+]
+_CONTINUATION = "water is wet"
+
+
 def _parse_tokens(body: dict) -> list[int]:
     tokens = body["tokens"]
     if not isinstance(tokens, list) or not all(isinstance(t, int) for t in tokens):
         raise ValueError(f"'tokens' is not a list of ints: {str(tokens)[:80]}")
+    return tokens
+
+
+def _nonempty_tokens(body: dict) -> list[int]:
+    tokens = _parse_tokens(body)
+    if not tokens:
+        raise ValueError("no tokens")
     return tokens
 
 

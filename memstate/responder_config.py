@@ -39,9 +39,25 @@ class ResponderConfig:
     responder_api_key_env: str | None = field(
         default=None, metadata={"help": "Environment variable holding the endpoint's API key, if it needs one."}
     )
-    responder_concurrency: int = field(default=64, metadata={"help": "HTTP requests in flight at once."})
-    responder_timeout: float = field(default=120.0, metadata={"help": "Seconds per HTTP request."})
+    responder_concurrency: int = field(
+        default=64,
+        metadata={
+            "help": "HTTP requests in flight at once, PER PROCESS: each training rank (and each command) has its own "
+            "client, so N ranks put N x this many requests in flight at the server; size the server for the total."
+        },
+    )
+    responder_timeout: float = field(
+        default=120.0, metadata={"help": "Seconds per HTTP attempt (each retry gets its own; see responder_deadline)."}
+    )
     responder_max_retries: int = field(default=4, metadata={"help": "Retries per HTTP request before giving up."})
+    responder_deadline: float | None = field(
+        default=600.0,
+        metadata={
+            "help": "Seconds one HTTP request may take in all: every attempt, every wait between retries and the wait "
+            "for a free slot. Without it a hung server holds a request for responder_timeout x (retries + 1) plus "
+            "the waits; past it the prompt is unscorable (see max_unscorable_share in train). None: no bound."
+        },
+    )
     responder_batch_size: int = field(default=32, metadata={"help": "Prompts per forward pass (in-process)."})
     score_mode: str = field(
         default="likelihood",
@@ -60,15 +76,25 @@ class ResponderConfig:
                 raise ConfigError(f"{name} must be at least 1, got {getattr(self, name)}")
         if self.responder_max_retries < 0:
             raise ConfigError(f"responder_max_retries must be at least 0, got {self.responder_max_retries}")
+        for name in ("responder_timeout", "responder_deadline"):
+            value = getattr(self, name)
+            if value is not None and value <= 0:
+                raise ConfigError(f"{name} must be positive, got {value}")
 
     def api_key(self) -> str | None:
         """The endpoint's API key, read from ``responder_api_key_env`` (never stored in a config or checkpoint)."""
         return os.environ.get(self.responder_api_key_env) if self.responder_api_key_env else None
 
 
-def make_responder(config: ResponderConfig, device: str = "cpu", dtype: str = "float32") -> Responder:
-    """The HTTP responder for ``config.responder_url`` (its health is checked here, so a server that is down fails
-    now, in one line, not mid-run), else the in-process one on ``device`` in ``dtype``."""
+def make_responder(
+    config: ResponderConfig, device: str = "cpu", dtype: str = "float32", *, likelihood: bool = False
+) -> Responder:
+    """The HTTP responder for ``config.responder_url``, else the in-process one on ``device`` in ``dtype``.
+
+    The server is checked here, so one that cannot serve fails now, in one line, not mid-run: it must answer and serve
+    ``responder_model`` (``check_health``), and answer one request of each kind ``score_mode`` sends with what
+    scoring reads (``check_contract``; ``likelihood``: the likelihood requests too in exact mode, for the answer-flow
+    check)."""
     if not config.responder_model:
         raise ConfigError("no responder: give --responder_model (a model path/id, or the served name with a URL)")
     if config.responder_url:
@@ -81,8 +107,14 @@ def make_responder(config: ResponderConfig, device: str = "cpu", dtype: str = "f
             concurrency=config.responder_concurrency,
             timeout=config.responder_timeout,
             max_retries=config.responder_max_retries,
+            deadline=config.responder_deadline,
         )
-        responder.check_health()
+        try:
+            responder.check_health()
+            responder.check_contract(config.score_mode, likelihood=likelihood or config.score_mode == "likelihood")
+        except BaseException:
+            responder.close()
+            raise
         return responder
     from memstate.responder import TransformersResponder
 

@@ -8,7 +8,9 @@ distinct passing (instance, state), when on (``memstate.reward.answer_flow``: a 
 answer with no memory shown carries the answer, and scores like a leak) → baselines (cache first, keyed by a hash of
 the exact no-state request and the responder's identity, not by instance id: see memstate.reward.cache) → one responder
 prompt per distinct (instance, state) still standing → gains. A completion whose state or baseline the responder
-could not score gets ``None``, which TRL leaves out of the advantage; training goes on and the count is logged.
+could not score gets ``None``, which TRL leaves out of the advantage; the count is logged, and with a ``guard``
+(``memstate.reward.failure.UnscorableGuard``) a call whose share of them is too high, too many rounds in a row, raises
+``ResponderFailure`` before its round trains.
 
 Every completion's gate decision, its reason, the answer-flow shift and the scores go to TRL's completions table
 (``log_extra``) and, given an ``AuditLog``, to a per-step Parquet file (``memstate.reward.audit``).
@@ -22,6 +24,7 @@ from dataclasses import dataclass, field, fields
 from memstate.reward.answer_flow import DEFAULT_THRESHOLD, AnswerFlowCache, AnswerFlowCheck, quantile
 from memstate.reward.audit import AuditLog
 from memstate.reward.cache import BaselineCache, CacheKey, baseline_key
+from memstate.reward.failure import UnscorableGuard
 from memstate.reward.judge import MODES, Judgement, judge
 
 from memstate.leak import instance_leak_reason
@@ -110,15 +113,20 @@ class CounterfactualGainReward:
         stop_token_ids: Collection[int] = (),
         answer_flow_cache: AnswerFlowCache | None = None,
         audit: AuditLog | None = None,
+        guard: UnscorableGuard | None = None,
     ):
         self.responder = responder
         self.config = config or RewardConfig()
         self.cache = cache if cache is not None else BaselineCache()
         self.stop_token_ids = frozenset(stop_token_ids)
-        if answer_flow_cache is None:  # the baseline cache's file holds the check's table too (only when it is on)
-            answer_flow_cache = AnswerFlowCache(self.cache.path if self.config.answer_flow_check else None)
+        if answer_flow_cache is None:  # the baseline cache's file holds the check's table too (only when it is on),
+            # opened as the baseline cache is: read-write, or a read-only node-local copy with misses kept in memory
+            answer_flow_cache = AnswerFlowCache(
+                self.cache.path if self.config.answer_flow_check else None, read_only=self.cache.read_only
+            )
         self.answer_flow = AnswerFlowCheck(responder, self.config.answer_flow_threshold, answer_flow_cache)
         self.audit = audit
+        self.guard = guard  # observes each call's unscorable share (None: never stops the run)
         self.responder_prompts = 0  # prompts sent to the responder, baselines and answer-flow checks included
         self.unscorable = 0  # completions rewarded None
 
@@ -204,6 +212,7 @@ class CounterfactualGainReward:
 
         # Baselines for every instance in the batch (cached after the first time): they give the gain and the
         # logged baseline accuracy even when all of an instance's states were gated.
+        n_needed = sum(len(idx) for idx in to_score.values())  # completions whose reward needs the responder
         base = self.baselines(instances)
         groups = [idx for (inst_id, _), idx in to_score.items() if inst_id in base]
         n_unscorable = sum(len(idx) for (inst_id, _), idx in to_score.items() if inst_id not in base)
@@ -265,4 +274,6 @@ class CounterfactualGainReward:
             log_metric("memstate/dedup_hits", float(n_dedup))
             log_metric("memstate/cache_hits", float(self.cache.hits - hits_before))
             log_metric("memstate/unscorable", float(n_unscorable))
+        if self.guard is not None:  # every rank, every call (a collective); raises before this round trains
+            self.guard.observe(n_needed, n_unscorable, getattr(self.responder, "last_error", None))
         return rewards

@@ -1,6 +1,12 @@
 """A real HTTP server on 127.0.0.1 speaking the slice of vLLM's OpenAI API the HTTP responder uses, that fails,
 stalls or garbles a configurable share of requests and counts what it did. Values are synthetic but deterministic:
-token ids are the bytes of the text, a token's log-prob depends only on its id, the chat answer is "A"."""
+token ids are the bytes of the text, a token's log-prob depends only on its id, the chat answer is "A".
+
+``version`` is what ``GET /version`` reports (None: 404, as a server without the route); ``max_model_len`` is listed
+in ``/v1/models`` (None: left out); ``lacks`` names vLLM features it plays without: ``"logprob_token_ids"`` (chat
+replies carry no ``logprobs``, as a server that ignores the unknown field) and ``"prompt_logprobs"`` (completions
+carry none). ``port`` fixes the port, so a server can be stopped (``stop``) and a new one started on the same URL.
+"""
 
 from __future__ import annotations
 
@@ -21,9 +27,16 @@ class FaultyOpenAIServer:
         stall_s: float = 1.0,
         seed=0,
         api_key: str | None = None,
+        port: int = 0,
+        version: str | None = "0.31.0",
+        max_model_len: int | None = 4096,
+        lacks: tuple[str, ...] = (),
     ):
         self.fail, self.stall, self.garbage, self.stall_s = fail, stall, garbage, stall_s
         self.api_key = api_key  # as `vllm serve --api-key`: any other bearer token gets 401
+        self.version, self.max_model_len, self.lacks = version, max_model_len, frozenset(lacks)
+        unknown = self.lacks - {"logprob_token_ids", "prompt_logprobs"}
+        assert not unknown, f"unknown features in lacks: {sorted(unknown)}"
         self.counts = {"requests": 0, "failed": 0, "stalled": 0, "garbage": 0, "ok": 0}
         self._rng = random.Random(seed)
         self._lock = threading.Lock()
@@ -43,18 +56,26 @@ class FaultyOpenAIServer:
         class Server(ThreadingHTTPServer):
             request_queue_size = 128  # the default listen backlog (5) would make connects time out under load
 
-        self.httpd = Server(("127.0.0.1", 0), Handler)
+        self.httpd = Server(("127.0.0.1", port), Handler)  # HTTPServer sets SO_REUSEADDR: a port can be reused
         self.httpd.daemon_threads = True
-        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
-        self._thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+        self.port = self.httpd.server_address[1]
+        self.url = f"http://127.0.0.1:{self.port}"
+        self._thread = threading.Thread(target=self.httpd.serve_forever, args=(0.05,), daemon=True)
+        self._stopped = False
 
     def __enter__(self) -> FaultyOpenAIServer:
         self._thread.start()
         return self
 
     def __exit__(self, *exc) -> None:
-        self.httpd.shutdown()
-        self.httpd.server_close()
+        self.stop()
+
+    def stop(self) -> None:
+        """Stop listening (new connections are refused; the handler closes each connection after its reply)."""
+        if not self._stopped:
+            self._stopped = True
+            self.httpd.shutdown()
+            self.httpd.server_close()
 
     def _outcome(self) -> str:
         with self._lock:
@@ -84,7 +105,10 @@ class FaultyOpenAIServer:
                 return self._send(handler, 500, b'{"error": "injected failure"}')
             if outcome == "garbage":
                 return self._send(handler, 200, b"<html>not json")
-            self._send(handler, 200, json.dumps(self._reply(handler.path, body)).encode())
+            reply = self._reply(handler.path, body)
+            if reply is None:
+                return self._send(handler, 404, b'{"detail": "Not Found"}')
+            self._send(handler, 200, json.dumps(reply).encode())
         except (BrokenPipeError, ConnectionResetError):
             pass
 
@@ -96,20 +120,29 @@ class FaultyOpenAIServer:
         handler.end_headers()
         handler.wfile.write(payload)
 
-    @staticmethod
-    def _reply(path: str, body: dict | None) -> dict:
+    def _reply(self, path: str, body: dict | None) -> dict | None:
+        if path == "/version":
+            return None if self.version is None else {"version": self.version}
         if path == "/v1/models":
-            return {"object": "list", "data": [{"id": "fake-responder", "object": "model"}]}
+            model = {"id": "fake-responder", "object": "model"}
+            if self.max_model_len is not None:
+                model["max_model_len"] = self.max_model_len
+            return {"object": "list", "data": [model]}
         if path == "/tokenize":
             text = json.dumps(body["messages"]) if "messages" in body else body["prompt"]
             return {"tokens": list(text.encode()[:64]), "count": min(len(text.encode()), 64)}
         if path == "/v1/completions":
             logprobs = [None] + [{str(t): {"logprob": -0.1 * (1 + t % 7), "rank": 1}} for t in body["prompt"][1:]]
+            if "prompt_logprobs" in self.lacks:
+                logprobs = None
             return {"choices": [{"text": "A", "prompt_logprobs": logprobs}]}
         if path == "/v1/chat/completions":
-            choice = {"message": {"role": "assistant", "content": "A"}}
+            choice = {"message": {"role": "assistant", "content": "A"}, "logprobs": None}
             if body.get("logprob_token_ids"):
-                top = [{"token": chr(t), "logprob": -0.1 * (1 + t % 7)} for t in body["logprob_token_ids"]]
+                # A server without the extension ignores the field: `logprobs: true` alone gives the sampled token
+                # with an empty top-k list.
+                ids = [] if "logprob_token_ids" in self.lacks else body["logprob_token_ids"]
+                top = [{"token": chr(t), "logprob": -0.1 * (1 + t % 7)} for t in ids]
                 choice["logprobs"] = {"content": [{"token": "A", "logprob": -0.8, "top_logprobs": top}]}
             return {"choices": [choice]}
-        raise KeyError(path)
+        return None

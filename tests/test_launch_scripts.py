@@ -11,8 +11,11 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import stat
 import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -57,15 +60,15 @@ def test_shellcheck(script):
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
-# --- a dry run of the sbatch script on stub SLURM commands ----------------------------------------------------------
+# --- the sbatch script on stub SLURM commands ----------------------------------------------------------------------
 
 STUB_SCONTROL = """#!/usr/bin/env bash
-# scontrol show hostnames LIST: the stub allocation is always node1..node3
-[[ $1 == show && $2 == hostnames ]] && printf 'node1\\nnode2\\nnode3\\n'
+# scontrol show hostnames LIST: the stub allocation is node1..node$STUB_NODES (3 unless told)
+[[ $1 == show && $2 == hostnames ]] && for i in $(seq "${STUB_NODES:-3}"); do echo "node$i"; done
 """
 
-# srun: log the request; the responder step "serves" until SIGTERM; the training step runs its command once per node
-# of --nodelist with the SLURM_NODEID / SLURMD_NODENAME that srun would set.
+# srun: log the request; the responder step "serves" until SIGTERM (or dies after STUB_RESPONDER_LIFE_S); the training
+# step runs its command once per node of --nodelist with the SLURM_NODEID / SLURMD_NODENAME that srun would set.
 STUB_SRUN = """#!/usr/bin/env bash
 set -euo pipefail
 child=""
@@ -76,11 +79,12 @@ while [[ $1 == --* ]]; do
   shift
 done
 echo "srun nodelist=$nodelist cmd=$*" >>"$STUB_LOG"
-if [[ "$*" == *vllm.entrypoints.openai.api_server* ]]; then
-  sleep 300 & child=$!
+if [[ "$*" == *"vllm.entrypoints.cli.main serve"* ]]; then
+  sleep "${STUB_RESPONDER_LIFE_S:-300}" & child=$!
   touch "$STUB_LOG.responder-up"
   wait $child
-  exit 0
+  echo "responder died" >>"$STUB_LOG"
+  exit 1
 fi
 i=0
 IFS=, read -ra nodes <<<"$nodelist"
@@ -90,15 +94,24 @@ for node in "${nodes[@]}"; do
 done
 """
 
-# curl: answers (or not) once the stub responder is up, so the SIGTERM of the script's trap always finds it serving.
+# curl: answers (or not) once the stub responder is up, and only while it lives.
 STUB_CURL = """#!/usr/bin/env bash
 for _ in $(seq 100); do [[ -e $STUB_LOG.responder-up ]] && break; sleep 0.05; done
 echo "curl $*" >>"$STUB_LOG"
-[[ -z ${STUB_CURL_FAIL:-} ]]
+[[ -z ${STUB_CURL_FAIL:-} ]] && ! grep -q "responder died" "$STUB_LOG"
 """
 
+# accelerate: the trainer. With STUB_TRAIN_UNTIL_STOP it trains until the stop file appears, then exits as
+# `memstate train` does after its checkpoint (status 2).
 STUB_ACCELERATE = """#!/usr/bin/env bash
 echo "accelerate $*" >>"$STUB_LOG"
+if [[ -n ${STUB_TRAIN_UNTIL_STOP:-} ]]; then
+  for _ in $(seq 600); do
+    [[ -e $STOP_FILE ]] && { echo "trainer stopped on $STOP_FILE" >>"$STUB_LOG"; exit 2; }
+    sleep 0.05
+  done
+  exit 9
+fi
 """
 
 
@@ -109,7 +122,9 @@ def write_exe(path: Path, text: str) -> Path:
 
 
 @pytest.fixture
-def stub_env(tmp_path):
+def stub_env(tmp_path, tiny_models, fever_data):
+    """SLURM, curl and accelerate stubbed; the dry run is the real `memstate train --dry-run` on the tiny policy and
+    the fixture data (passed as extra train arguments, which the script hands to the dry run and to training)."""
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     write_exe(bin_dir / "scontrol", STUB_SCONTROL)
@@ -119,6 +134,7 @@ def stub_env(tmp_path):
     (venv / "bin").mkdir(parents=True)
     write_exe(venv / "bin" / "accelerate", STUB_ACCELERATE)
     write_exe(venv / "bin" / "python", "#!/usr/bin/env bash\n")
+    write_exe(venv / "bin" / "memstate", f'#!/usr/bin/env bash\nexec "{sys.executable}" -m memstate.cli "$@"\n')
     log = tmp_path / "stub.log"
     env = {
         "PATH": f"{bin_dir}:{os.environ['PATH']}",
@@ -131,38 +147,70 @@ def stub_env(tmp_path):
         "VENV": str(venv),
         "LOG_DIR": str(tmp_path / "logs"),
         "HF_HOME": str(tmp_path / "hf"),
+        "HF_HUB_OFFLINE": "1",
+        "MONITOR_INTERVAL_S": "0.2",
     }
-    return env, log
+    tiny = ("--policy_model", str(tiny_models["policy"]), "--data_dir", str(fever_data))
+    return env, log, tiny
 
 
-def run_sbatch(env: dict, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(["bash", str(SBATCH), *args], env=env, capture_output=True, text=True, timeout=60)
+def run_sbatch(env: dict, *args: str, timeout: float = 120) -> subprocess.CompletedProcess:
+    return subprocess.run(["bash", str(SBATCH), *args], env=env, capture_output=True, text=True, timeout=timeout)
 
 
-def test_sbatch_dry_run(stub_env):
-    env, log = stub_env
-    proc = run_sbatch(env, "--max_steps", "7")
+def test_sbatch_starts_the_responder_then_one_accelerate_per_training_node(stub_env, tmp_path):
+    env, log, tiny = stub_env
+    proc = run_sbatch(env, "--max_steps", "7", *tiny)
     assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "gradient_accumulation_steps           4" in proc.stdout  # the dry run's arithmetic, in the job log
     lines = log.read_text().splitlines()
-    responder = next(line for line in lines if "vllm.entrypoints.openai.api_server" in line)
-    assert "nodelist=node1 " in responder and "--model Qwen/Qwen3-8B" in responder and "--port 8000" in responder
+    responder = next(line for line in lines if "vllm.entrypoints.cli.main serve" in line)
+    assert "nodelist=node1 " in responder and "serve Qwen/Qwen3-8B " in responder and "--port 8000" in responder
+    assert "--data-parallel-size 8 --api-server-count 8 " in responder
     assert any(line.startswith("curl") and "http://node1:8000/health" in line for line in lines)
     launches = [line for line in lines if line.startswith("accelerate launch")]
     assert len(launches) == 2, lines
+    stop_file = tmp_path / "logs" / "stop-requested"
     for rank, line in enumerate(launches):
         assert f"--machine_rank {rank} " in line
         assert "--num_machines 2 --num_processes 16 " in line
         assert "--main_process_ip node2 --main_process_port 29500 " in line
         assert "--config_file configs/accelerate/zero3_multinode.yaml " in line
         assert "-m memstate.cli train --config configs/train/qwen3_4b_8gpu.yaml " in line
-        assert line.endswith("--responder_url http://node1:8000 --responder_model Qwen/Qwen3-8B --max_steps 7")
+        assert line.endswith(
+            f"--responder_url http://node1:8000 --responder_model Qwen/Qwen3-8B --stop_file {stop_file} "
+            f"--max_steps 7 {' '.join(tiny)}"
+        )
     # The responder is stopped after training, by the EXIT trap.
     assert lines[-1] == "responder stopped", lines
 
 
+@pytest.mark.parametrize("nodes", range(2, 10))
+def test_sbatch_arithmetic_for_2_to_9_nodes(stub_env, nodes):
+    """1 responder node + (nodes - 1) training nodes of 8 GPUs: 1, 2, 4 or 8 training nodes keep 1,024 completions per
+    optimizer step (accumulation 8/n); any other count is refused by the dry run before the responder starts."""
+    env, log, tiny = stub_env
+    proc = run_sbatch(env | {"STUB_NODES": str(nodes)}, *tiny)
+    training = nodes - 1
+    lines = log.read_text().splitlines() if log.exists() else []
+    if training in (1, 2, 4, 8):
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        assert f"gradient_accumulation_steps           {8 // training}\n" in proc.stdout
+        assert "completions_per_optimizer_step        1024\n" in proc.stdout
+        launches = [line for line in lines if line.startswith("accelerate launch")]
+        assert len(launches) == training
+        assert all(f"--num_machines {training} --num_processes {8 * training} " in line for line in launches)
+    else:
+        assert proc.returncode == 2, proc.stdout + proc.stderr
+        error = proc.stderr.strip().splitlines()
+        assert len(error) == 1 and f"{8 * training} processes do not fit" in error[0], proc.stderr
+        assert "use 1, 2, 4, 8, 16, 32, 64 processes" in error[0]
+        assert not any("srun" in line for line in lines), "nothing may start"
+
+
 def test_sbatch_fails_clearly_when_the_responder_never_gets_healthy(stub_env):
-    env, log = stub_env
-    proc = run_sbatch(env | {"STUB_CURL_FAIL": "1", "HEALTH_TIMEOUT_S": "0"})
+    env, log, tiny = stub_env
+    proc = run_sbatch(env | {"STUB_CURL_FAIL": "1", "HEALTH_TIMEOUT_S": "0"}, *tiny)
     assert proc.returncode == 1
     assert "did not answer http://node1:8000/health within 0s" in proc.stderr
     lines = log.read_text().splitlines()
@@ -170,10 +218,36 @@ def test_sbatch_fails_clearly_when_the_responder_never_gets_healthy(stub_env):
     assert lines[-1] == "responder stopped", lines
 
 
-def test_sbatch_needs_two_nodes(stub_env, tmp_path):
-    env, _ = stub_env
-    write_exe(Path(env["PATH"].split(":")[0]) / "scontrol", "#!/usr/bin/env bash\necho node1\n")
-    proc = run_sbatch(env)
+def test_sbatch_stops_training_with_a_checkpoint_when_the_responder_dies(stub_env, tmp_path):
+    env, log, tiny = stub_env
+    env |= {"STUB_RESPONDER_LIFE_S": "2", "STUB_TRAIN_UNTIL_STOP": "1"}
+    proc = run_sbatch(env, *tiny)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "the responder is gone" in proc.stderr and "asking the trainer to checkpoint and stop" in proc.stderr
+    lines = log.read_text().splitlines()
+    assert f"trainer stopped on {tmp_path / 'logs' / 'stop-requested'}" in lines
+
+
+def test_sbatch_checkpoints_before_the_time_limit(stub_env):
+    """SLURM's pre-time-limit signal (#SBATCH --signal=B:USR1@...) reaches the script: the trainer is asked to
+    checkpoint and stop, and the job ends with the trainer's status and a pointer to --resume."""
+    env, log, tiny = stub_env
+    proc = subprocess.Popen(["bash", str(SBATCH), *tiny], env=env | {"STUB_TRAIN_UNTIL_STOP": "1"},
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
+    deadline = time.monotonic() + 90
+    while not (log.exists() and "accelerate launch" in log.read_text()):
+        assert time.monotonic() < deadline and proc.poll() is None, proc.communicate()
+        time.sleep(0.1)
+    proc.send_signal(signal.SIGUSR1)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 2, out + err
+    assert "time limit near" in out and "--resume continues" in err
+    assert any(line.startswith("trainer stopped on") for line in log.read_text().splitlines())
+
+
+def test_sbatch_needs_two_nodes(stub_env):
+    env, _, tiny = stub_env
+    proc = run_sbatch(env | {"STUB_NODES": "1"}, *tiny)
     assert proc.returncode == 2 and "need at least 2 nodes" in proc.stderr
 
 
@@ -210,3 +284,54 @@ def test_deepspeed_json_for_torchrun():
     for key in auto:
         assert config[key] == "auto", key
     assert config["bf16"]["enabled"] == "auto"
+
+
+# --- the one-node recipe ----------------------------------------------------------------------------------------------
+
+ONE_NODE = SLURM_DIR / "train_1node.sh"
+
+STUB_VLLM_PYTHON = """#!/usr/bin/env bash
+echo "responder CUDA_VISIBLE_DEVICES=$CUDA_VISIBLE_DEVICES cmd=$*" >>"$STUB_LOG"
+trap 'echo "responder stopped" >>"$STUB_LOG"; exit 0' TERM
+touch "$STUB_LOG.responder-up"
+sleep 300 & wait $!
+"""
+
+
+@pytest.fixture
+def one_node_env(stub_env):
+    env, log, tiny = stub_env
+    venv = Path(env["VENV"])
+    write_exe(venv / "bin" / "python", STUB_VLLM_PYTHON)
+    stub_accelerate = 'echo "accelerate CUDA_VISIBLE_DEVICES=$CUDA_VISIBLE_DEVICES $*" >>"$STUB_LOG"\n'
+    write_exe(venv / "bin" / "accelerate", stub_accelerate)
+    return env, log, tiny
+
+
+def test_one_node_recipe_splits_the_gpus_between_training_and_the_responder(one_node_env):
+    env, log, tiny = one_node_env
+    proc = subprocess.run(["bash", str(ONE_NODE), *tiny], env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    # The dry run for 4 training processes keeps 1,024 completions per step with 16 accumulation steps.
+    assert "gradient_accumulation_steps           16\n" in proc.stdout
+    assert "completions_per_optimizer_step        1024\n" in proc.stdout
+    lines = log.read_text().splitlines()
+    responder = next(line for line in lines if line.startswith("responder CUDA"))
+    assert responder.startswith("responder CUDA_VISIBLE_DEVICES=4,5,6,7 cmd=-m vllm.entrypoints.cli.main serve")
+    assert "--host 127.0.0.1 --port 8000 --data-parallel-size 4 --api-server-count 4 " in responder
+    launch = next(line for line in lines if line.startswith("accelerate"))
+    assert launch.startswith("accelerate CUDA_VISIBLE_DEVICES=0,1,2,3 launch")
+    assert "--num_machines 1 --num_processes 4 " in launch
+    assert "--responder_url http://127.0.0.1:8000 --responder_model Qwen/Qwen3-8B --stop_file " in launch
+    assert lines[-1] == "responder stopped", lines
+
+
+def test_one_node_split_that_does_not_divide_is_refused_before_anything_starts(one_node_env):
+    env, log, tiny = one_node_env
+    env = env | {"TRAIN_GPUS": "0,1,2,3,4,5", "RESPONDER_GPUS": "6,7"}
+    proc = subprocess.run(["bash", str(ONE_NODE), *tiny], env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2
+    error = proc.stderr.strip().splitlines()
+    assert len(error) == 1 and "6 training GPUs (0,1,2,3,4,5) do not fit" in error[0]
+    assert "96 completions per micro-batch do not divide completions_per_step 1024" in error[0]
+    assert not log.exists() or "responder" not in log.read_text()

@@ -3,6 +3,7 @@
 import json
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
 from memstate.cli import main
@@ -154,3 +155,25 @@ def test_eval_runs_every_condition_and_writes_three_reports(trained):
 
     with Image.open(out / "report.png") as png:
         assert png.size[0] > 400 and png.size[1] > 200
+
+
+def test_a_stop_file_ends_the_run_with_a_checkpoint_and_resume_finishes_it(trained, tmp_path, capsys):
+    """What the SLURM script does before the time limit: the file appears, the run saves a checkpoint after the
+    current step and exits 2 in one line; --resume continues. The completions table stays at its bounded size."""
+    tmp, common = trained
+    stop, run = tmp_path / "stop-requested", tmp_path / "run"
+    args = [*common, "--output_dir", str(run), "--stop_file", str(stop), "--format_warmup_steps", "0",
+            "--save_steps", "100", "--log_completions", "true", "--log_completions_max_rows", "4"]  # fmt: skip
+    stop.touch()
+    assert main(["train", *args, "--max_steps", "5"]) == 2
+    last = capsys.readouterr().err.strip().splitlines()[-1]
+    assert "stopped on request" in last and "after step 1" in last and "--resume" in last, last
+    assert (run / "checkpoint-1" / "memstate.json").is_file() and not (run / "final").exists()
+    assert json.loads((run / "stopped.json").read_text())["step"] == 1
+    # TRL would log the whole round (8 completions here); the bound keeps the last 4 (one group of 4).
+    assert len(pd.read_parquet(run / "completions" / "completions_00001.parquet")) == 4
+    stop.unlink()
+    assert main(["train", *args, "--max_steps", "3", "--resume"]) == 0
+    history = json.loads((run / "log_history.json").read_text())
+    assert [e["step"] for e in history if "reward" in e] == [1, 2, 3]
+    assert (run / "final" / "memstate.json").is_file() and not (run / "stopped.json").exists()

@@ -279,3 +279,18 @@ def test_a_chunk_it_cannot_pack_goes_to_trl_alone(fresh, caplog):
     assert torch.equal(logps[:4], ref_logps[:4])  # the refused chunk: TRL's own numbers
     scored = attention_mask[4:, -keep:].bool()
     assert (logps[4:] - ref_logps[4:]).abs()[scored].max() <= 1e-5
+
+
+def test_a_run_that_must_not_fall_back_stops_with_the_fix(fresh, monkeypatch):
+    """shared_prefix_on_failure: fail (production): TRL's path would need G x the prompt activations per micro-batch,
+    so a failed first-use check stops the run, naming the fix, instead of running out of memory later."""
+    correct = shared_prefix.allowed_keys
+    monkeypatch.setattr(shared_prefix, "allowed_keys", lambda valid, segment: correct(valid, torch.zeros_like(segment)))
+    monkeypatch.setattr(fresh, "shared_prefix_on_failure", "fail")
+    input_ids, attention_mask, keep = batch(fresh)
+    fresh._logps_checked = False
+    with torch.no_grad(), pytest.raises(shared_prefix.SharedPrefixUnavailable) as raised:
+        fresh._get_per_token_logps_and_entropies(fresh.model, input_ids, attention_mask, keep)
+    message = str(raised.value)
+    assert "first-use check failed: log-probs differ" in message
+    assert "shared_prefix_training: false with a per_device_train_batch_size that fits" in message

@@ -1,6 +1,9 @@
 """Production config: validated on CPU by --dry-run, with its batch arithmetic asserted."""
 
+import re
 from pathlib import Path
+
+import pytest
 
 from memstate.cli import main
 
@@ -100,3 +103,70 @@ def test_dry_run_of_a_missing_local_policy_is_an_error(fever_data, tmp_path, cap
     # A path, not a Hub id that may be out of reach: a typo there is an error, not "not checked".
     assert main(argv) == 2
     assert "policy_model" in capsys.readouterr().err
+
+
+# --- launch arithmetic for the world sizes of a real cluster ----------------------------------------------------------
+
+
+def trl_config_for(world_size: int, *overrides: str):
+    """TRL's own GRPOConfig, built from the production YAML as if ``world_size`` processes were running (its
+    ``__post_init__`` reads the world size from the live process group)."""
+    from unittest import mock
+
+    from memstate.train.config import parse_train_args
+    from trl import GRPOConfig
+
+    with mock.patch.object(GRPOConfig, "world_size", new_callable=mock.PropertyMock, return_value=world_size):
+        return parse_train_args(["--config", str(QWEN), "--use_cpu", "true", "--bf16", "false", *overrides])[2]
+
+
+@pytest.mark.parametrize("world_size", [4, 8, 16, 24, 32])
+def test_dry_run_for_cluster_world_sizes_agrees_with_trl(world_size, tiny_models, fever_data, capsys):
+    """Each world size either passes TRL's GRPOConfig with the derived settings, keeping 1,024 completions per step,
+    or is refused in one line whose suggested setting then passes (and TRL would indeed have refused the original)."""
+    base = ["train", "--config", str(QWEN), "--dry-run", "--policy_model", str(tiny_models["policy"]),
+            "--data_dir", str(fever_data)]  # fmt: skip
+    rc = main([*base, "--world-size", str(world_size)])
+    out, err = capsys.readouterr()
+    if rc == 0:
+        report = dict(line.split(None, 1) for line in out.strip().splitlines())
+        accumulation = int(report["gradient_accumulation_steps"])
+        assert accumulation * 16 * world_size == 1024 == int(report["completions_per_optimizer_step"])
+        trl = trl_config_for(world_size, "--gradient_accumulation_steps", str(accumulation))
+        assert trl.generation_batch_size == 4096
+        assert trl.steps_per_generation == accumulation * int(report["optimizer_steps_per_generation"])
+        return
+    assert rc == 2
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and "processes" in lines[0], err
+    with pytest.raises(ValueError, match="must be divisible by the global batch size"):
+        trl_config_for(world_size)  # TRL refuses the production settings at this size, after everything has loaded
+    # The one line names a setting for this world size; that setting passes the dry run and TRL.
+    fix = re.search(r"set completions_per_step (\d+) and generation_batch_size (\d+) for (\d+) processes", lines[0])
+    assert fix and int(fix[3]) == world_size, lines[0]
+    per_step, generation = fix[1], fix[2]
+    assert main([*base, "--world-size", str(world_size), "--completions_per_step", per_step,
+                 "--generation_batch_size", generation]) == 0  # fmt: skip
+    report = dict(line.split(None, 1) for line in capsys.readouterr().out.strip().splitlines())
+    trl = trl_config_for(world_size, "--generation_batch_size", generation,
+                         "--gradient_accumulation_steps", report["gradient_accumulation_steps"])  # fmt: skip
+    assert trl.generation_batch_size == int(generation)
+    # And the process counts it lists keep the configured step.
+    counts = [int(n) for n in re.search(r"use ([\d, ]+) processes", lines[0])[1].split(", ")]
+    assert 24 not in counts and {4, 8, 16, 32} <= set(counts)
+
+
+def test_accumulation_and_a_derived_step_cannot_both_be_set(tiny_models, fever_data, capsys):
+    argv = ["train", "--config", str(QWEN), "--dry-run", "--world-size", "8", "--gradient_accumulation_steps", "4",
+            "--policy_model", str(tiny_models["policy"]), "--data_dir", str(fever_data)]  # fmt: skip
+    assert main(argv) == 2
+    assert "leave gradient_accumulation_steps unset" in capsys.readouterr().err
+
+
+def test_flash_attention_is_refused_where_the_shared_prefix_path_must_not_fall_back(tiny_models, fever_data, capsys):
+    argv = ["train", "--config", str(QWEN), "--dry-run", "--world-size", "8",
+            "--model_init_kwargs", '{"attn_implementation": "flash_attention_2"}',
+            "--policy_model", str(tiny_models["policy"]), "--data_dir", str(fever_data)]  # fmt: skip
+    assert main(argv) == 2
+    assert "takes no 4-D mask" in capsys.readouterr().err
+    assert main([*argv, "--shared_prefix_on_failure", "fallback"]) == 0

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from memstate.reward.answer_flow import DEFAULT_THRESHOLD
+from memstate.train.launch import fit_to_world
 from trl import GRPOConfig
 
 from memstate.data import load_split
@@ -47,9 +48,47 @@ class MemstateTrainArguments:
             "no memory shown, in [0, 1). Provisional default, to be calibrated."
         },
     )
+    max_unscorable_share: float = field(
+        default=0.5,
+        metadata={
+            "help": "Stop the run when more than this share of a generation round's completions that needed the "
+            "responder (those past the format, leak and answer-flow gates) got no score (responder down, past "
+            "responder_deadline, malformed replies), summed over all ranks, for unscorable_patience rounds in a row. "
+            "It stops inside the reward, before that round's optimizer step, after saving a checkpoint of the last "
+            "completed step and stopped.json; exit status 3; fix the responder and rerun with --resume. In [0, 1]; "
+            "1 never stops (unscorable completions then get a zero advantage, as TRL does)."
+        },
+    )
+    unscorable_patience: int = field(
+        default=1,
+        metadata={
+            "help": "Consecutive generation rounds (reward calls) above max_unscorable_share before the run stops; "
+            "the rounds before the last train on what was scored."
+        },
+    )
     baseline_cache: str | None = field(
         default=None,
         metadata={"help": "SQLite file of no-state baselines, shared by runs (fill it with precompute-baselines)."},
+    )
+    baseline_cache_access: Literal["auto", "read-only", "read-write"] = field(
+        default="auto",
+        metadata={
+            "help": "How each process opens baseline_cache (and the answer-flow table in it). 'read-write': the file "
+            "itself in SQLite's WAL mode, new baselines and answer-flow probabilities written back; WAL needs one "
+            "host and a local filesystem, so this is refused on a network filesystem (NFS, Lustre, GPFS, CIFS, ...) "
+            "and with processes on several nodes. 'read-only': the file, filled beforehand by precompute-baselines "
+            "(finished: no -wal file next to it), is copied once per node to baseline_cache_local_dir and the copy "
+            "read with no lock; new values stay in each process's memory and the shared file is never modified. "
+            "'auto': read-write for a single process on a local filesystem, read-only otherwise."
+        },
+    )
+    baseline_cache_local_dir: str | None = field(
+        default=None,
+        metadata={
+            "help": "Node-local directory for baseline_cache's read-only copy (default: $SLURM_TMPDIR, else $TMPDIR, "
+            "else /tmp, in a memstate-<uid> folder). A copy is named by a digest of the source's path, size and "
+            "modification time and reused while the source is unchanged."
+        },
     )
     format_warmup_steps: int = field(
         default=0,
@@ -68,6 +107,33 @@ class MemstateTrainArguments:
     max_prompt_tokens: int = field(
         default=DEFAULT_MAX_PROMPT_TOKENS,
         metadata={"help": "Policy prompt budget: facts are dropped from the end to fit; the question never is."},
+    )
+    completions_per_step: int | None = field(
+        default=None,
+        metadata={
+            "help": "Completions per optimizer step. When set, gradient_accumulation_steps is derived from it and the "
+            "number of training processes (completions_per_step / (per_device_train_batch_size x processes)), so a "
+            "step, the steps per generation round, warm-up and save intervals mean the same on any number of GPUs; "
+            "leave gradient_accumulation_steps unset then. A count that does not divide is refused at start, with "
+            "the valid process counts (train/launch.py)."
+        },
+    )
+    stop_file: str | None = field(
+        default=None,
+        metadata={
+            "help": "A path whose appearance makes the run save a checkpoint and stop after the current optimizer "
+            "step (checked every step, decided on rank 0 for all ranks); the SLURM script creates it on the "
+            "pre-time-limit signal so the job ends with a checkpoint to --resume from."
+        },
+    )
+    log_completions_max_rows: int = field(
+        default=64,
+        metadata={
+            "help": "With log_completions, the completions table printed and sent to wandb each logging step keeps "
+            "only the last this-many completions (whole groups when a multiple of num_generations); TRL would keep a "
+            "whole generation round (4,096 rows of 8k-token prompts in production). Every completion's gate and "
+            "scores are in OUTPUT_DIR/audit either way."
+        },
     )
     use_peft: bool = field(default=False, metadata={"help": "Train LoRA adapters (peft) instead of all weights."})
     lora_r: int = field(default=16, metadata={"help": "LoRA rank."})
@@ -99,6 +165,16 @@ class MemstateTrainArguments:
             "mismatch turns the path off for the run, logged."
         },
     )
+    shared_prefix_on_failure: Literal["fallback", "fail"] = field(
+        default="fallback",
+        metadata={
+            "help": "When the shared-prefix path cannot run (the model's attention takes no 4-D mask, or the first-use "
+            "check fails): 'fallback' continues on TRL's per-completion path, logged as an error; 'fail' stops with "
+            "the fix. TRL's path needs G x (P + R) tokens per group instead of P + G x R: at production lengths a "
+            "micro-batch sized for the shared path may not fit, so production configs fail instead of running "
+            "out of memory hours later."
+        },
+    )
     shared_prefix_check_tolerance: float | None = field(
         default=None,
         metadata={
@@ -117,8 +193,16 @@ class MemstateTrainArguments:
     )
 
     def __post_init__(self) -> None:
+        if self.completions_per_step is not None and self.completions_per_step < 1:
+            raise ConfigError(f"completions_per_step must be at least 1, got {self.completions_per_step}")
+        if self.log_completions_max_rows < 1:
+            raise ConfigError(f"log_completions_max_rows must be at least 1, got {self.log_completions_max_rows}")
         if not 0.0 <= self.answer_flow_threshold < 1.0:
             raise ConfigError(f"answer_flow_threshold must be in [0, 1), got {self.answer_flow_threshold}")
+        if not 0.0 <= self.max_unscorable_share <= 1.0:
+            raise ConfigError(f"max_unscorable_share must be in [0, 1], got {self.max_unscorable_share}")
+        if self.unscorable_patience < 1:
+            raise ConfigError(f"unscorable_patience must be at least 1, got {self.unscorable_patience}")
 
 
 def load_train_instances(script_args: MemstateTrainArguments) -> list:
@@ -154,6 +238,29 @@ def check_vllm_settings(script_args: MemstateTrainArguments, config: GRPOConfig,
         )
     if on_cpu and config.vllm_enable_sleep_mode:
         raise ConfigError("vllm_enable_sleep_mode: vLLM has no sleep mode on CPU; set it to false for CPU runs")
+
+
+def check_model_init(script_args: MemstateTrainArguments, config: GRPOConfig) -> None:
+    """Refuse an attention implementation the shared-prefix path cannot use when it must not fall back.
+
+    A user who sets ``flash_attention_2`` (common on H100s) would silently turn the path off, and TRL's path needs
+    several times the activation memory at production lengths.
+    """
+    from memstate.train.shared_prefix import MASKED_ATTENTION
+
+    kwargs = config.model_init_kwargs if isinstance(config.model_init_kwargs, dict) else {}
+    implementation = kwargs.get("attn_implementation")
+    if (
+        script_args.shared_prefix_training
+        and script_args.shared_prefix_on_failure == "fail"
+        and implementation is not None
+        and implementation not in MASKED_ATTENTION
+    ):
+        raise ConfigError(
+            f"model_init_kwargs.attn_implementation {implementation!r} takes no 4-D mask, so shared-prefix training "
+            f"cannot run: use one of {list(MASKED_ATTENTION)}, or shared_prefix_training: false with a smaller "
+            "per_device_train_batch_size"
+        )
 
 
 class TrainParser(StageParser):
@@ -199,10 +306,13 @@ def run(parsed: tuple[MemstateTrainArguments, ResponderConfig, GRPOConfig, argpa
         raise ConfigError("responder_model is required (the frozen responder that measures the answer gain)")
     # A dry run forces use_cpu (TrainParser) to validate a GPU config anywhere: its device settings are not checked.
     check_vllm_settings(script_args, grpo_config, on_cpu=grpo_config.use_cpu and not options.dry_run)
+    check_model_init(script_args, grpo_config)
+    # The batch settings for the processes of this launch (a dry run: the ones it is told), before anything loads.
+    world_size = (options.world_size or int(os.environ.get("WORLD_SIZE", 1))) if options.dry_run else None
+    grpo_config = fit_to_world(script_args.completions_per_step, grpo_config, world_size or grpo_config.world_size)
     if options.dry_run:
         from memstate.train.dry_run import dry_run
 
-        world_size = options.world_size or int(os.environ.get("WORLD_SIZE", 1))
         report = dry_run(script_args, grpo_config, world_size)
         width = max(map(len, report))
         for key, value in report.items():

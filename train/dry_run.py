@@ -51,6 +51,7 @@ def batch_arithmetic(config: GRPOConfig, n_instances: int, world_size: int) -> d
         "prompts_per_generation": generation // config.num_generations,
         "completions_per_generation": generation,
         "completions_per_micro_batch": per_micro,
+        "gradient_accumulation_steps": config.gradient_accumulation_steps,
         "completions_per_optimizer_step": per_step,
         "optimizer_steps_per_generation": steps_per_generation,
         "generation_rounds_per_epoch": rounds_per_epoch,
@@ -114,7 +115,8 @@ def shared_prefix_saving(script_args: MemstateTrainArguments, config: GRPOConfig
     Micro-batches hold whole groups under the shared path, so a micro-batch of ``b`` completions spans ``ceil(b / G)``
     prompts (one, when ``b`` <= G).
 
-    >>> args = type("A", (), {"shared_prefix_training": True, "max_prompt_tokens": 8192})()
+    >>> args = type("A", (), {"shared_prefix_training": True, "max_prompt_tokens": 8192,
+    ...                       "shared_prefix_on_failure": "fail"})()
     >>> c = type("C", (), {"per_device_train_batch_size": 16, "num_generations": 8, "max_completion_length": 150})()
     >>> r = shared_prefix_saving(args, c, [1800, 2000, 2200])
     >>> r["training_tokens_per_micro_batch"], r["shared_prefix_tokens_ratio"]
@@ -127,7 +129,8 @@ def shared_prefix_saving(script_args: MemstateTrainArguments, config: GRPOConfig
     if not script_args.shared_prefix_training:
         return {"shared_prefix_training": "off", "training_tokens_per_micro_batch": f"stock {stock}"}
     return {
-        "shared_prefix_training": "on (TRL's path if the first-use check fails or the model takes no 4-D mask)",
+        "shared_prefix_training": "on; if the first-use check fails or the model takes no 4-D mask: "
+        + ("stop with the fix" if script_args.shared_prefix_on_failure == "fail" else "TRL's path, logged"),
         "training_tokens_per_micro_batch": f"stock {stock}, shared {shared}",
         "shared_prefix_tokens_ratio": round(stock / shared, 2),
     }

@@ -11,6 +11,7 @@ import os
 import shutil
 import time
 import warnings
+from collections import defaultdict, deque
 from contextlib import contextmanager
 from dataclasses import asdict
 from pathlib import Path
@@ -18,13 +19,15 @@ from pathlib import Path
 import torch
 from accelerate.utils import gather_object
 from memstate.reward.audit import AuditLog
-from memstate.reward.cache import BaselineCache
+from memstate.reward.cache import open_training_cache
 from memstate.reward.counterfactual import CounterfactualGainReward, RewardConfig
+from memstate.reward.failure import UnscorableGuard
 from memstate.train.best import METRIC, BestCheckpointCallback, checkpoint_scores, save_interval
 from memstate.train.config import MemstateTrainArguments, load_train_instances
 from memstate.train.curves import plot_training_curves
 from memstate.train.data import grpo_dataset
 from memstate.train.shared_prefix import SharedPrefixGRPOTrainer
+from memstate.train.stop import StopFileCallback, TrainingStopped, write_stopped
 from memstate.train.warmup import format_warmup
 from peft import LoraConfig, PeftModel
 from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
@@ -32,7 +35,7 @@ from trl import GRPOConfig, GRPOTrainer
 
 from memstate.checkpoint import CheckpointMetadata
 from memstate.data import manifest_sha256
-from memstate.errors import ConfigError
+from memstate.errors import ConfigError, ResponderFailure
 from memstate.prompts import PROMPT_VERSION
 from memstate.responder import outside_zero3
 from memstate.responder_config import ResponderConfig, make_responder
@@ -207,9 +210,57 @@ def export_best(
     return report
 
 
+def bound_completion_logs(trainer: GRPOTrainer, rows: int) -> None:
+    """Keep only the last ``rows`` completions in TRL's completions log (printed, written and sent to wandb at every
+    logging step); TRL keeps a whole generation round, 4,096 rows of 8k-token prompts in production."""
+    logs = trainer._logs  # TRL 1.16: deques of maxlen generation_batch_size, extended with every round
+    for key in ("images", "prompt", "completion", "advantages"):
+        logs[key] = deque(maxlen=rows)
+    for key in ("rewards", "extra"):
+        logs[key] = defaultdict(lambda: deque(maxlen=rows))
+
+
 def latest_checkpoint(output_dir: str | Path) -> Path | None:
     ckpts = [p for p in Path(output_dir).glob("checkpoint-*") if p.name.split("-")[-1].isdigit()]
     return max(ckpts, key=lambda p: int(p.name.split("-")[-1]), default=None)
+
+
+def rank_sum(accelerator):
+    """``reduce`` for ``UnscorableGuard``: a list of counts summed over all ranks, the same totals on every rank."""
+
+    def reduce_counts(values: list[int]) -> list[int]:
+        return accelerator.reduce(torch.tensor(values, device=accelerator.device), "sum").tolist()
+
+    return reduce_counts
+
+
+def stop_on_responder_failure(trainer: GRPOTrainer, failure: ResponderFailure, output_dir: Path) -> ResponderFailure:
+    """End a run whose responder failed (``reward/failure.py``; raised in the reward, before the round's optimizer
+    step): on every rank, a normal Trainer checkpoint of the last completed step (weights, optimizer, scheduler, RNG
+    and trainer state, what ``_save_checkpoint`` writes at a save step; the callbacks' ``on_save`` then add
+    ``memstate.json`` and the best-checkpoint score), ``stopped.json``, and the one-line error to exit with."""
+    step = trainer.state.global_step
+    checkpoint = output_dir / f"checkpoint-{step}"
+    logger.error("responder failure before optimizer step %d: %s; saving %s", step + 1, failure, checkpoint)
+    trainer._save_checkpoint(trainer.model_wrapped, trial=None)  # collective under DeepSpeed: all ranks
+    trainer.control = trainer.callback_handler.on_save(trainer.args, trainer.state, trainer.control)
+    # The run ends here: the callbacks' end of training (the progress bar closes instead of redrawing at exit).
+    trainer.control = trainer.callback_handler.on_train_end(trainer.args, trainer.state, trainer.control)
+    if trainer.accelerator.is_main_process:
+        write_stopped(output_dir, f"responder failure: {failure}", step, checkpoint)
+        record = json.loads((output_dir / "stopped.json").read_text())
+        record |= {"unscorable_share": failure.share, "rounds": failure.rounds, "last_error": failure.last_error}
+        (output_dir / "stopped.json").write_text(json.dumps(record, indent=2) + "\n")
+    trainer.accelerator.wait_for_everyone()
+    return ResponderFailure(
+        f"training stopped before optimizer step {step + 1}: {failure}. Saved {checkpoint} (step {step}) and "
+        f"{output_dir / 'stopped.json'}; fix the responder and rerun with --resume",
+        share=failure.share,
+        rounds=failure.rounds,
+        last_error=failure.last_error,
+        step=step,
+        checkpoint=str(checkpoint),
+    )
 
 
 def train(
@@ -234,7 +285,10 @@ def train(
 
     with timers("load_responder"):
         # A responder server that is down fails here (make_responder checks its health), before any training.
-        responder = make_responder(responder_config, device="cpu" if grpo_config.use_cpu else "cuda")
+        # It must also answer the score mode's requests (check_contract), likelihood ones too for the answer-flow check.
+        responder = make_responder(
+            responder_config, device="cpu" if grpo_config.use_cpu else "cuda", likelihood=script_args.answer_flow_check
+        )
         reward = CounterfactualGainReward(
             responder,
             RewardConfig(
@@ -244,10 +298,16 @@ def train(
                 answer_flow_check=script_args.answer_flow_check,
                 answer_flow_threshold=script_args.answer_flow_threshold,
             ),
-            BaselineCache(script_args.baseline_cache),
+            open_training_cache(
+                script_args.baseline_cache,
+                script_args.baseline_cache_access,
+                script_args.baseline_cache_local_dir,
+                grpo_config.world_size,  # several processes (or a network filesystem): a read-only node-local copy
+            ),
         )
 
     output_dir.mkdir(parents=True, exist_ok=True)  # only once data and responder are known to be there
+    (output_dir / "stopped.json").unlink(missing_ok=True)  # an earlier stop's record; this run writes its own
     policy = script_args.policy_model
     if script_args.format_warmup_steps > 0:
         warm_dir = output_dir / "format-warmup"
@@ -290,6 +350,7 @@ def train(
                 **trainer_kwargs,
                 check=script_args.shared_prefix_check,
                 check_tolerance=script_args.shared_prefix_check_tolerance,
+                on_failure=script_args.shared_prefix_on_failure,
             )
         else:
             trainer = GRPOTrainer(**trainer_kwargs)
@@ -302,16 +363,36 @@ def train(
         reward.stop_token_ids = {t for t in [*trainer.eos_token_ids, tokenizer.pad_token_id] if t is not None}
         # Every scored completion's gate decision and scores, one Parquet file per step and rank (reward/audit.py).
         reward.audit = AuditLog(output_dir / "audit", trainer.accelerator.process_index)
+        # Never train on zeros: a round whose responder scored too little (summed over ranks) stops the run.
+        reward.guard = UnscorableGuard(
+            script_args.max_unscorable_share, script_args.unscorable_patience, rank_sum(trainer.accelerator)
+        )
         if script_args.check_vllm_weights:
             from memstate.train.vllm_sync import VLLMWeightCheck
 
             VLLMWeightCheck(trainer)  # wraps trainer.vllm_generation.sync_weights
+        bound_completion_logs(trainer, script_args.log_completions_max_rows)
+        stop = StopFileCallback(script_args.stop_file) if script_args.stop_file else None
+        if stop is not None:
+            trainer.add_callback(stop)
 
     with timers("grpo"), warnings.catch_warnings():
         # TRL 1.16 reads the model's old `is_gradient_checkpointing` name at every step (transformers 5.24 warns);
         # not this project's to rename.
         warnings.filterwarnings("ignore", message="`is_gradient_checkpointing` is deprecated", category=FutureWarning)
-        trainer.train(resume_from_checkpoint=True if resume else grpo_config.resume_from_checkpoint)
+        try:
+            trainer.train(resume_from_checkpoint=True if resume else grpo_config.resume_from_checkpoint)
+        except ResponderFailure as failure:
+            raise stop_on_responder_failure(trainer, failure, output_dir) from None
+
+    if stop is not None and stop.stopped_at is not None:
+        checkpoint = output_dir / f"checkpoint-{stop.stopped_at}"
+        if trainer.accelerator.is_main_process:
+            write_stopped(output_dir, f"{script_args.stop_file} appeared", stop.stopped_at, checkpoint)
+        raise TrainingStopped(
+            f"stopped on request ({script_args.stop_file} appeared) after step {stop.stopped_at}; checkpoint "
+            f"{checkpoint}; continue with the same command and --resume"
+        )
 
     final_dir = output_dir / "final"
     dtype = torch.bfloat16 if grpo_config.bf16 else torch.float32

@@ -30,6 +30,8 @@ import torch
 from trl import GRPOTrainer
 from trl.trainer.utils import split_tensor_dict
 
+from memstate.errors import MemstateError
+
 logger = logging.getLogger("memstate.train")
 
 # Attention kernels that take a custom 4-D mask as it is (transformers' masking utils return a 4-D mask unchanged).
@@ -211,9 +213,17 @@ class SharedPrefixGRPOTrainer(GRPOTrainer):
     ``"off"`` trusts the packing. Any failed check switches every rank to TRL's path for the rest of the run.
     """
 
-    def __init__(self, *args, check: CheckMode = "logps", check_tolerance: float | None = None, **kwargs):
+    def __init__(
+        self,
+        *args,
+        check: CheckMode = "logps",
+        check_tolerance: float | None = None,
+        on_failure: Literal["fallback", "fail"] = "fallback",
+        **kwargs,
+    ):
         super().__init__(*args, **kwargs)
         self.shared_prefix_tolerance = check_tolerance
+        self.shared_prefix_on_failure = on_failure
         self.shared_prefix_reason = None
         self._logps_checked = check == "off"
         self._gradients_checked = check != "gradients"
@@ -226,8 +236,20 @@ class SharedPrefixGRPOTrainer(GRPOTrainer):
         return self.shared_prefix_reason is None
 
     def disable_shared_prefix(self, reason: str) -> None:
+        """Switch to TRL's path, loudly, or stop (``on_failure="fail"``): TRL's path encodes each group's prompt G
+        times, so a micro-batch sized for the shared path can run out of memory there."""
         self.shared_prefix_reason = reason
-        logger.warning("shared-prefix training off: %s; using TRL's per-completion path", reason)
+        if self.shared_prefix_on_failure == "fail":
+            raise SharedPrefixUnavailable(
+                f"shared-prefix training cannot run: {reason}. TRL's per-completion path needs about "
+                f"{self.args.num_generations}x the prompt activations per micro-batch: fix the cause, or set "
+                "shared_prefix_training: false with a per_device_train_batch_size that fits "
+                "(shared_prefix_on_failure: fallback continues on TRL's path instead)"
+            )
+        logger.error(
+            "shared-prefix training off for the rest of the run: %s; TRL's per-completion path now encodes each prompt "
+            "%d times per group (more memory and time per micro-batch)", reason, self.args.num_generations,
+        )  # fmt: skip
 
     def _prepare_inputs(self, generation_batch):
         buffered = self._buffered_inputs
@@ -352,6 +374,12 @@ class SharedPrefixGRPOTrainer(GRPOTrainer):
         logger.info("shared-prefix check: gradients worst relative difference %.2e over %d tensors", worst, len(params))
         tolerance = 1e-4 if compute_dtype(self, model) == torch.float32 else 5e-2
         return [] if worst <= tolerance else [f"gradients differ from TRL's by {worst:.2e} relative > {tolerance:.0e}"]
+
+
+class SharedPrefixUnavailable(MemstateError, RuntimeError):
+    """The shared-prefix path cannot run and the run was told not to fall back (``shared_prefix_on_failure: fail``)."""
+
+    hint = "see shared_prefix_training and shared_prefix_on_failure in `memstate train --help`"
 
 
 def attention_implementation(model) -> str:

@@ -1,0 +1,133 @@
+#!/usr/bin/env bash
+# GRPO training of the Qwen3-4B reasoning-state policy on ONE 8-GPU node: the policy trains on some GPUs (default
+# 0-3, accelerate + DeepSpeed ZeRO-3, vLLM rollouts colocated) and the frozen responder (Qwen/Qwen3-8B, vLLM's
+# OpenAI-compatible server, one data-parallel replica per GPU) serves on the others (default 4-7), on localhost.
+#
+# Run it on the node itself from the repository root, or submit it: it needs no srun.
+#   bash configs/slurm/train_1node.sh --max_steps 200                   # extra args go to `memstate train`
+#   sbatch --nodes=1 --gpus-per-node=8 --exclusive --time=48:00:00 --signal=B:USR1@900 configs/slurm/train_1node.sh
+#   TRAIN_GPUS=0,1 RESPONDER_GPUS=2,3 bash configs/slurm/train_1node.sh # other splits; the dry run checks them
+#
+# Order, as in train_qwen3_4b.sbatch: the dry run for the training GPU count first (completions_per_step keeps
+# 1,024 completions per optimizer step: accumulation 16 on 4 GPUs; a 6 + 2 split does not divide and is refused
+# before anything loads), then the responder and its /health, then training. Whichever of the two dies first ends
+# the other; the trainer is first asked to checkpoint and stop (STOP_FILE), as on SIGUSR1 (SLURM's signal before the
+# time limit). `--resume` continues from the checkpoint.
+set -euo pipefail
+
+# --- settings ---------------------------------------------------------------------------------------------------
+REPO=${SLURM_SUBMIT_DIR:-$PWD}
+VENV=${VENV:-$REPO/.venv}
+MEMSTATE=${MEMSTATE:-$VENV/bin/memstate}
+VLLM_PYTHON=${VLLM_PYTHON:-$VENV/bin/python}
+TRAIN_CONFIG=${TRAIN_CONFIG:-configs/train/qwen3_4b_8gpu.yaml}
+ACCELERATE_CONFIG=${ACCELERATE_CONFIG:-configs/accelerate/zero3_1node_8gpu.yaml}  # --num_processes overrides its 8
+TRAIN_GPUS=${TRAIN_GPUS:-0,1,2,3}
+RESPONDER_GPUS=${RESPONDER_GPUS:-4,5,6,7}
+MAIN_PROCESS_PORT=${MAIN_PROCESS_PORT:-29500}
+RESPONDER_MODEL=${RESPONDER_MODEL:-Qwen/Qwen3-8B}
+RESPONDER_PORT=${RESPONDER_PORT:-8000}
+RESPONDER_MAX_LEN=${RESPONDER_MAX_LEN:-12288}
+HEALTH_TIMEOUT_S=${HEALTH_TIMEOUT_S:-1800}
+MONITOR_INTERVAL_S=${MONITOR_INTERVAL_S:-30}
+RESPONDER_FAILURES=${RESPONDER_FAILURES:-4}
+TRAINER_GRACE_S=${TRAINER_GRACE_S:-900}
+LOG_DIR=${LOG_DIR:-$REPO/runs/slurm/${SLURM_JOB_ID:-1node-$(date +%Y%m%d-%H%M%S)}}
+STOP_FILE=${STOP_FILE:-$LOG_DIR/stop-requested}
+
+export WANDB_MODE=${WANDB_MODE:-offline}        # offline under output_dir unless WANDB_MODE=online
+export HF_HOME=${HF_HOME:-$REPO/.cache/huggingface}
+export TOKENIZERS_PARALLELISM=false
+export OMP_NUM_THREADS=${OMP_NUM_THREADS:-8}
+
+cd "$REPO"
+for f in "$TRAIN_CONFIG" "$ACCELERATE_CONFIG" "$VENV/bin/accelerate" "$MEMSTATE" "$VLLM_PYTHON"; do
+  [[ -e $f ]] || { echo "error: $f not found (run from the repository root; see the header)" >&2; exit 2; }
+done
+IFS=, read -ra train_gpus <<<"$TRAIN_GPUS"
+IFS=, read -ra responder_gpus <<<"$RESPONDER_GPUS"
+NUM_PROCESSES=${#train_gpus[@]}
+RESPONDER_DP=${#responder_gpus[@]}
+RESPONDER_URL=http://127.0.0.1:$RESPONDER_PORT
+mkdir -p "$LOG_DIR"
+rm -f "$STOP_FILE"
+echo "responder: GPUs $RESPONDER_GPUS ($RESPONDER_URL); training: GPUs $TRAIN_GPUS ($NUM_PROCESSES processes)"
+
+# --- launch arithmetic, before anything starts ------------------------------------------------------------------
+TRAIN_ARGS=(--config "$TRAIN_CONFIG" --responder_url "$RESPONDER_URL" --responder_model "$RESPONDER_MODEL"
+            --stop_file "$STOP_FILE" "$@")
+if ! "$MEMSTATE" train "${TRAIN_ARGS[@]}" --dry-run --world-size "$NUM_PROCESSES" >"$LOG_DIR/dry-run.txt" 2>&1; then
+  reason=$(grep -m 1 "error:" "$LOG_DIR/dry-run.txt" || tail -n 1 "$LOG_DIR/dry-run.txt")
+  echo "error: $NUM_PROCESSES training GPUs ($TRAIN_GPUS) do not fit the config: ${reason#*error: }" >&2
+  exit 2
+fi
+echo "launch arithmetic for $NUM_PROCESSES processes (memstate train --dry-run):"
+cat "$LOG_DIR/dry-run.txt"
+
+# --- responder on its GPUs --------------------------------------------------------------------------------------
+CUDA_VISIBLE_DEVICES=$RESPONDER_GPUS "$VLLM_PYTHON" -m vllm.entrypoints.cli.main serve "$RESPONDER_MODEL" \
+  --served-model-name "$RESPONDER_MODEL" --host 127.0.0.1 --port "$RESPONDER_PORT" \
+  --data-parallel-size "$RESPONDER_DP" --api-server-count "$RESPONDER_DP" \
+  --dtype bfloat16 --max-model-len "$RESPONDER_MAX_LEN" --enable-prefix-caching --seed 0 --disable-log-stats \
+  >"$LOG_DIR/responder.log" 2>&1 &
+RESPONDER_PID=$!
+TRAIN_PID=""
+
+stop_all() {
+  for pid in $TRAIN_PID $RESPONDER_PID; do
+    if kill -0 "$pid" 2>/dev/null; then
+      kill -TERM "$pid" 2>/dev/null || true
+      wait "$pid" 2>/dev/null || true
+    fi
+  done
+}
+trap stop_all EXIT
+trap 'exit 143' TERM INT
+trap 'echo "stop requested (SIGUSR1): asking the trainer to checkpoint and stop"; touch "$STOP_FILE"' USR1
+
+echo "waiting up to ${HEALTH_TIMEOUT_S}s for $RESPONDER_URL/health (log: $LOG_DIR/responder.log)"
+deadline=$((SECONDS + HEALTH_TIMEOUT_S))
+until curl --silent --fail --max-time 5 "$RESPONDER_URL/health" >/dev/null; do
+  if ! kill -0 "$RESPONDER_PID" 2>/dev/null || ((SECONDS >= deadline)); then
+    echo "error: the responder exited or did not answer /health within ${HEALTH_TIMEOUT_S}s; last log lines:" >&2
+    tail -n 40 "$LOG_DIR/responder.log" >&2
+    exit 1
+  fi
+  sleep 10
+done
+echo "responder healthy after ${SECONDS}s"
+
+# --- training on its GPUs ---------------------------------------------------------------------------------------
+CUDA_VISIBLE_DEVICES=$TRAIN_GPUS "$VENV/bin/accelerate" launch --config_file "$ACCELERATE_CONFIG" \
+  --num_machines 1 --num_processes "$NUM_PROCESSES" --main_process_port "$MAIN_PROCESS_PORT" \
+  -m memstate.cli train "${TRAIN_ARGS[@]}" &
+TRAIN_PID=$!
+
+failures=0
+while kill -0 "$TRAIN_PID" 2>/dev/null; do
+  sleep "$MONITOR_INTERVAL_S"
+  if ! kill -0 "$RESPONDER_PID" 2>/dev/null; then
+    failures=$RESPONDER_FAILURES
+  elif curl --silent --fail --max-time 10 "$RESPONDER_URL/health" >/dev/null; then
+    failures=0
+  else
+    failures=$((failures + 1))
+  fi
+  if ((failures >= RESPONDER_FAILURES)); then
+    echo "error: the responder is gone (exited, or $RESPONDER_FAILURES failed /health checks); last log lines:" >&2
+    tail -n 40 "$LOG_DIR/responder.log" >&2
+    echo "asking the trainer to checkpoint and stop (up to ${TRAINER_GRACE_S}s), then exiting" >&2
+    touch "$STOP_FILE"
+    grace=$((SECONDS + TRAINER_GRACE_S))
+    while kill -0 "$TRAIN_PID" 2>/dev/null && ((SECONDS < grace)); do sleep 1; done
+    exit 1
+  fi
+done
+status=0
+wait "$TRAIN_PID" || status=$?
+TRAIN_PID=""
+if ((status != 0)); then
+  echo "training exited with status $status; see above (and stopped.json in the output dir: --resume continues)" >&2
+  exit "$status"
+fi
+echo "training finished"
