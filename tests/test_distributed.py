@@ -125,7 +125,9 @@ def launch(cmd: list[str], output_dir: Path) -> subprocess.CompletedProcess:
 def run(request, tiny_models, fever_data, tmp_path_factory):
     output_dir = tmp_path_factory.mktemp(f"distributed-{request.param}") / "train"
     # ZeRO-2 also runs the format warm-up (a first Trainer in the same processes) before GRPO.
-    extra = ("--format_warmup_steps", "2") if request.param == "zero2" else ()
+    # ZeRO-3 derives its accumulation from completions_per_step (16 / (4 per process x 2 processes) = 2), so
+    # DeepSpeed's batch arithmetic (filled from the Trainer's "auto" values) must agree with the rebuilt config.
+    extra = ("--format_warmup_steps", "2") if request.param == "zero2" else ("--completions_per_step", "16")
     cmd = launch_command(request.param, tiny_models["policy"], tiny_models["responder"], fever_data, output_dir, *extra)
     return launch(cmd, output_dir), cmd, output_dir
 
@@ -169,6 +171,17 @@ def test_two_processes_took_part(run):
     tag = (ckpt / "latest").read_text().strip()
     shards = sorted(p.name for p in (ckpt / tag).glob("zero_pp_rank_*_optim_states.pt"))
     assert shards == [f"zero_pp_rank_{rank}_mp_rank_00_optim_states.pt" for rank in range(WORLD_SIZE)], shards
+
+
+def test_accumulation_derived_from_completions_per_step_is_what_the_trainer_ran(run):
+    proc, cmd, output_dir = run
+    # ZeRO-2 keeps the YAML's accumulation (1: one round of 8 completions a step); ZeRO-3 derives 2 from 16 per step.
+    accumulation = 2 if "--completions_per_step" in cmd else 1
+    args = torch.load(output_dir / f"checkpoint-{SAVE_STEPS}" / "training_args.bin", weights_only=False)
+    assert (args.gradient_accumulation_steps, args.steps_per_generation) == (accumulation, accumulation)
+    assert args.generation_batch_size == 8 * accumulation
+    metadata = json.loads((output_dir / "final" / "memstate.json").read_text())
+    assert metadata["grpo_config"]["gradient_accumulation_steps"] == accumulation
 
 
 def test_shared_prefix_path_ran_on_both_ranks(run):

@@ -258,3 +258,19 @@ def test_eval_against_the_served_responder_agrees_with_the_in_process_one(
                 assert abs(a["score"] - b["score"]) <= TOL, (local_record["id"], cond, a["score"], b["score"])
     accuracy = [{c: r["metrics"]["overall"]["conditions"][c]["accuracy"] for c in conditions} for r in reports]
     assert accuracy[0] == accuracy[1]
+
+
+def test_a_real_vllm_server_passes_the_contract_check_of_both_score_modes(server):
+    """What `memstate train` asks of the responder at start (the requests each score mode sends, built by the scoring
+    code) is what vLLM 0.31 serves; the server reports its version and context length."""
+    from memstate.http_responder import OpenAIResponder
+
+    remote = OpenAIResponder(server, SERVED_NAME, timeout=120.0, max_retries=1, concurrency=4)
+    try:
+        remote.check_health()
+        remote.check_contract("likelihood")
+        remote.check_contract("exact", likelihood=True)
+        assert remote.server_version and remote.server_version.startswith("0.31")
+        assert remote.max_model_len == 2048  # the test server's --max-model-len
+    finally:
+        remote.close()
