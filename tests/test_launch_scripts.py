@@ -56,7 +56,8 @@ def test_shellcheck(script):
         if os.environ.get("CI"):
             pytest.fail(f"{message}; CI must run it")
         pytest.skip(message)
-    proc = subprocess.run(["shellcheck", "--shell=bash", str(script)], capture_output=True, text=True)
+    # -x follows `source configs/slurm/watch.sh` (resolved from the repository root, where the scripts run).
+    proc = subprocess.run(["shellcheck", "-x", "--shell=bash", str(script)], capture_output=True, text=True, cwd=ROOT)
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
 

@@ -41,6 +41,8 @@ export TOKENIZERS_PARALLELISM=false
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-8}
 
 cd "$REPO"
+# shellcheck source=configs/slurm/watch.sh
+source configs/slurm/watch.sh
 for f in "$TRAIN_CONFIG" "$ACCELERATE_CONFIG" "$VENV/bin/accelerate" "$MEMSTATE" "$VLLM_PYTHON"; do
   [[ -e $f ]] || { echo "error: $f not found (run from the repository root; see the header)" >&2; exit 2; }
 done
@@ -85,17 +87,7 @@ trap stop_all EXIT
 trap 'exit 143' TERM INT
 trap 'echo "stop requested (SIGUSR1): asking the trainer to checkpoint and stop"; touch "$STOP_FILE"' USR1
 
-echo "waiting up to ${HEALTH_TIMEOUT_S}s for $RESPONDER_URL/health (log: $LOG_DIR/responder.log)"
-deadline=$((SECONDS + HEALTH_TIMEOUT_S))
-until curl --silent --fail --max-time 5 "$RESPONDER_URL/health" >/dev/null; do
-  if ! kill -0 "$RESPONDER_PID" 2>/dev/null || ((SECONDS >= deadline)); then
-    echo "error: the responder exited or did not answer /health within ${HEALTH_TIMEOUT_S}s; last log lines:" >&2
-    tail -n 40 "$LOG_DIR/responder.log" >&2
-    exit 1
-  fi
-  sleep 10
-done
-echo "responder healthy after ${SECONDS}s"
+wait_for_responder
 
 # --- training on its GPUs ---------------------------------------------------------------------------------------
 CUDA_VISIBLE_DEVICES=$TRAIN_GPUS "$VENV/bin/accelerate" launch --config_file "$ACCELERATE_CONFIG" \
@@ -103,31 +95,4 @@ CUDA_VISIBLE_DEVICES=$TRAIN_GPUS "$VENV/bin/accelerate" launch --config_file "$A
   -m memstate.cli train "${TRAIN_ARGS[@]}" &
 TRAIN_PID=$!
 
-failures=0
-while kill -0 "$TRAIN_PID" 2>/dev/null; do
-  sleep "$MONITOR_INTERVAL_S"
-  if ! kill -0 "$RESPONDER_PID" 2>/dev/null; then
-    failures=$RESPONDER_FAILURES
-  elif curl --silent --fail --max-time 10 "$RESPONDER_URL/health" >/dev/null; then
-    failures=0
-  else
-    failures=$((failures + 1))
-  fi
-  if ((failures >= RESPONDER_FAILURES)); then
-    echo "error: the responder is gone (exited, or $RESPONDER_FAILURES failed /health checks); last log lines:" >&2
-    tail -n 40 "$LOG_DIR/responder.log" >&2
-    echo "asking the trainer to checkpoint and stop (up to ${TRAINER_GRACE_S}s), then exiting" >&2
-    touch "$STOP_FILE"
-    grace=$((SECONDS + TRAINER_GRACE_S))
-    while kill -0 "$TRAIN_PID" 2>/dev/null && ((SECONDS < grace)); do sleep 1; done
-    exit 1
-  fi
-done
-status=0
-wait "$TRAIN_PID" || status=$?
-TRAIN_PID=""
-if ((status != 0)); then
-  echo "training exited with status $status; see above (and stopped.json in the output dir: --resume continues)" >&2
-  exit "$status"
-fi
-echo "training finished"
+watch_until_done
