@@ -186,27 +186,35 @@ def test_sbatch_starts_the_responder_then_one_accelerate_per_training_node(stub_
     assert lines[-1] == "responder stopped", lines
 
 
-@pytest.mark.parametrize("nodes", range(2, 10))
-def test_sbatch_arithmetic_for_2_to_9_nodes(stub_env, nodes):
+def test_sbatch_arithmetic_for_2_to_9_nodes(stub_env, tmp_path):
     """1 responder node + (nodes - 1) training nodes of 8 GPUs: 1, 2, 4 or 8 training nodes keep 1,024 completions per
-    optimizer step (accumulation 8/n); any other count is refused by the dry run before the responder starts."""
-    env, log, tiny = stub_env
-    proc = run_sbatch(env | {"STUB_NODES": str(nodes)}, *tiny)
-    training = nodes - 1
-    lines = log.read_text().splitlines() if log.exists() else []
-    if training in (1, 2, 4, 8):
-        assert proc.returncode == 0, proc.stdout + proc.stderr
-        assert f"gradient_accumulation_steps           {8 // training}\n" in proc.stdout
-        assert "completions_per_optimizer_step        1024\n" in proc.stdout
-        launches = [line for line in lines if line.startswith("accelerate launch")]
-        assert len(launches) == training
-        assert all(f"--num_machines {training} --num_processes {8 * training} " in line for line in launches)
-    else:
-        assert proc.returncode == 2, proc.stdout + proc.stderr
-        error = proc.stderr.strip().splitlines()
-        assert len(error) == 1 and f"{8 * training} processes do not fit" in error[0], proc.stderr
-        assert "use 1, 2, 4, 8, 16, 32, 64 processes" in error[0]
-        assert not any("srun" in line for line in lines), "nothing may start"
+    optimizer step (accumulation 8/n); any other count is refused by the dry run before the responder starts. The
+    eight allocations run at once (each is mostly a dry run's imports)."""
+    env, _, tiny = stub_env
+    runs = {}
+    for nodes in range(2, 10):
+        log = tmp_path / f"stub-{nodes}.log"
+        run_env = env | {"STUB_NODES": str(nodes), "STUB_LOG": str(log), "LOG_DIR": str(tmp_path / f"logs-{nodes}")}
+        proc = subprocess.Popen(["bash", str(SBATCH), *tiny], env=run_env, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True)  # fmt: skip
+        runs[nodes] = (proc, log)
+    for nodes, (proc, log) in runs.items():
+        out, err = proc.communicate(timeout=300)
+        training = nodes - 1
+        lines = log.read_text().splitlines() if log.exists() else []
+        if training in (1, 2, 4, 8):
+            assert proc.returncode == 0, (nodes, out + err)
+            assert f"gradient_accumulation_steps           {8 // training}\n" in out, nodes
+            assert "completions_per_optimizer_step        1024\n" in out, nodes
+            launches = [line for line in lines if line.startswith("accelerate launch")]
+            assert len(launches) == training, (nodes, lines)
+            assert all(f"--num_machines {training} --num_processes {8 * training} " in line for line in launches)
+        else:
+            assert proc.returncode == 2, (nodes, out + err)
+            error = err.strip().splitlines()
+            assert len(error) == 1 and f"{8 * training} processes do not fit" in error[0], (nodes, err)
+            assert "use 1, 2, 4, 8, 16, 32, 64 processes" in error[0], (nodes, err)
+            assert not any("srun" in line for line in lines), f"{nodes} nodes: nothing may start"
 
 
 def test_sbatch_fails_clearly_when_the_responder_never_gets_healthy(stub_env):
