@@ -34,6 +34,7 @@ from pathlib import Path
 import torch
 from memstate.evaluate.report import answer_flow_top, render_markdown, render_png, summarize
 from memstate.reward.answer_flow import AnswerFlowCheck
+from memstate.reward.fit import facts_cut, fit_to_responder
 from memstate.reward.judge import Judgement, judge
 from memstate.reward.score import parse_choice
 from tqdm import tqdm
@@ -286,16 +287,21 @@ def condition_records(
     score_mode: str,
 ) -> list[dict]:
     """One record per instance: its fields, then per condition the responder's judged answer under that condition's
-    rules (``None``: no state) and the state's record (``state_info``, for conditions whose states a policy wrote)."""
+    rules (``None``: no state) and the state's record (``state_info``, for conditions whose states a policy wrote).
+    The responder is shown each instance as training's reward shows it: fitted to its context (``memstate.reward.fit``),
+    the same facts in every condition."""
+    shown = fit_to_responder(responder, instances)
+    if cut := facts_cut(instances, shown):
+        logger.info("responder: %d of %d instances shown with fewer facts, to fit its context", cut, len(instances))
     judged = {}
     for cond in conditions:
         logger.info("responder: %s", cond)
-        judged[cond] = judge(responder, instances, rules[cond], score_mode)
+        judged[cond] = judge(responder, shown, rules[cond], score_mode)
     records = []
-    for i, inst in enumerate(instances):
+    for i, (inst, seen) in enumerate(zip(instances, shown, strict=True)):
         record = instance_record(inst)
         for cond in conditions:
-            messages = responder_messages(inst, rules[cond][i])
+            messages = responder_messages(seen, rules[cond][i])
             # Prompt length in tokens: known in-process; an HTTP responder does not report it.
             tokens = len(responder.prompt_ids(messages)) if hasattr(responder, "prompt_ids") else None
             record[cond] = {

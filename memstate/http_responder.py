@@ -17,6 +17,9 @@ timeouts, 429/5xx and malformed replies). A prompt whose requests still fail aft
 (the reward leaves it out); the counters in ``stats`` say what happened, ``last_error`` the last failure in short.
 With ``deadline`` no call (all its attempts and waits) takes longer than that many seconds.
 
+``count_prompt_tokens`` asks ``POST /tokenize`` with ``messages`` for each prompt's length (once per prompt) and
+``context_length`` is the server's ``max_model_len``: ``memstate.reward.fit`` fits prompts to it.
+
 ``check_health`` (the server answers and serves ``model``; records its ``max_model_len``) and ``check_contract``
 (one request of each kind the score mode sends, in the very shapes the scoring code sends them; refuses a server whose
 replies lack what scoring reads, naming its version) run before any work: ``make_responder`` calls both.
@@ -25,6 +28,7 @@ replies lack what scoring reads, naming its version) run before any work: ``make
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import logging
 import threading
@@ -107,6 +111,7 @@ class OpenAIResponder:
         )  # fmt: skip
         self._seed = seed
         self._token_cache: dict[str, list[int]] = {}
+        self._count_cache: dict[str, int] = {}  # sha256 of a chat prompt -> its tokens (count_prompt_tokens)
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="responder-http", daemon=True)
         self._thread.start()
@@ -144,6 +149,11 @@ class OpenAIResponder:
         self.identity = self._identity(entry.get("root"))
         length = entry.get("max_model_len")  # vLLM lists each model's context; other servers may not
         self.max_model_len = length if isinstance(length, int) and not isinstance(length, bool) else None
+
+    @property
+    def context_length(self) -> int | None:
+        """The server's ``max_model_len`` for ``model`` (recorded by ``check_health``; None before it or untold)."""
+        return self.max_model_len
 
     def _identity(self, root: str | None) -> str:
         template = json.dumps(self.chat_template_kwargs, sort_keys=True)
@@ -282,11 +292,15 @@ class OpenAIResponder:
     def _failed(self, e: Exception) -> None:
         """Count a prompt answered with None and remember why, in one short line."""
         self.stats.count("unscorable_prompts")
+        self._remember(e)
+
+    def _remember(self, e: Exception, what: str = "") -> None:
+        """Keep why a request failed, in one short line, as ``last_error``."""
         if isinstance(e, HTTPUnavailable):
             why = f"{e.method} {e.url}: {e.last}" + (" (deadline)" if e.kind == "deadline" else "")
         else:
             why = f"{type(e).__name__}: {e}"
-        self.last_error = " ".join(why.split())[:300]
+        self.last_error = " ".join((what + why).split())[:300]
 
     async def _tokens(self, key: str, payload: dict) -> list[int]:
         if key not in self._token_cache:
@@ -296,6 +310,22 @@ class OpenAIResponder:
 
     async def _prompt_tokens(self, messages: list[Message]) -> list[int]:
         return await self._tokens("chat:" + json.dumps(messages, sort_keys=True), self._chat_tokens_payload(messages))
+
+    async def _prompt_count(self, messages: list[Message]) -> int | None:
+        """The chat prompt's length in tokens by the server (``/tokenize`` with ``messages``, the served chat template,
+        as ``_prompt_tokens`` asks); only the count is kept. None when the server could not tell (not cached)."""
+        text = json.dumps(messages, sort_keys=True)
+        if "chat:" + text in self._token_cache:
+            return len(self._token_cache["chat:" + text])
+        key = hashlib.sha256(text.encode()).hexdigest()
+        if key not in self._count_cache:
+            try:
+                tokens = await self._checked("/tokenize", self._chat_tokens_payload(messages), _parse_tokens)
+            except _FAILED as e:
+                self._remember(e, "counting a prompt's tokens: ")  # not an unscorable prompt: it is sent whole
+                return None
+            self._count_cache[key] = len(tokens)
+        return self._count_cache[key]
 
     async def _continuation_logprob(self, prompt_ids: list[int], continuation: str) -> ContinuationLogprob:
         cont = await self._tokens("text:" + continuation, self._text_tokens_payload(continuation))
@@ -346,6 +376,15 @@ class OpenAIResponder:
     def answer(self, prompts: list[list[Message]], max_new_tokens: int = 32) -> list[str | None]:
         async def run():
             return await asyncio.gather(*(self._answer_for(p, max_new_tokens) for p in prompts))
+
+        return list(self._run(run()))
+
+    def count_prompt_tokens(self, prompts: list[list[Message]]) -> list[int | None]:
+        """Each chat prompt's length in tokens as the server templates it (concurrent ``/tokenize`` requests, each
+        prompt asked once per responder); None for a prompt the server could not count."""
+
+        async def run():
+            return await asyncio.gather(*(self._prompt_count(p) for p in prompts))
 
         return list(self._run(run()))
 

@@ -80,6 +80,8 @@ class TransformersResponder:
         self.batch_size = batch_size
         self.device = device
         self.forward_passes = 0
+        # The positions the model was built for: a longer prompt would run past them (reward/fit.py fits to it).
+        self.context_length: int | None = getattr(self.model.config, "max_position_embeddings", None)
 
     def prompt_ids(self, messages: list[Message]) -> list[int]:
         """The chat-templated prompt as token ids (what the responder reads)."""
@@ -87,6 +89,10 @@ class TransformersResponder:
         return self.tokenizer.apply_chat_template(
             messages, add_generation_prompt=True, tokenize=True, enable_thinking=False, return_dict=False
         )
+
+    def count_prompt_tokens(self, prompts: list[list[Message]]) -> list[int | None]:
+        """Each chat prompt's length in tokens, templated as scoring templates it (``prompt_ids``)."""
+        return [len(self.prompt_ids(m)) for m in prompts]
 
     def _batches(self, rows: list[list[int]]):
         pad = self.tokenizer.pad_token_id

@@ -3,7 +3,9 @@
     R_i = Score(A(q, M_q, Z_i), y*) − Score(A(q, M_q), y*)
 
 The dataset rows carry the Instance fields as columns; TRL passes them to the reward function as lists.
-Order of work per call: format gate → leak gate (no responder call for a gated state) → answer-flow check of each
+Order of work per call: each instance fitted to the responder's context (``memstate.reward.fit``: facts dropped from
+the end of a prompt too long for it, the same facts with and without a state; counted as ``responder_facts_cut``) →
+format gate → leak gate (no responder call for a gated state) → answer-flow check of each
 distinct passing (instance, state), when on (``memstate.reward.answer_flow``: a state that moves the responder's
 answer with no memory shown carries the answer, and scores like a leak) → baselines (cache first, keyed by a hash of
 the exact no-state request and the responder's identity, not by instance id: see memstate.reward.cache) → one responder
@@ -25,6 +27,7 @@ from memstate.reward.answer_flow import DEFAULT_THRESHOLD, AnswerFlowCache, Answ
 from memstate.reward.audit import AuditLog
 from memstate.reward.cache import BaselineCache, CacheKey, baseline_key
 from memstate.reward.failure import UnscorableGuard
+from memstate.reward.fit import facts_cut, fit_to_responder
 from memstate.reward.judge import MODES, Judgement, judge
 
 from memstate.leak import instance_leak_reason
@@ -129,13 +132,17 @@ class CounterfactualGainReward:
         self.guard = guard  # observes each call's unscorable share (None: never stops the run)
         self.responder_prompts = 0  # prompts sent to the responder, baselines and answer-flow checks included
         self.unscorable = 0  # completions rewarded None
+        self.facts_cut = 0  # instances shown to the responder with fewer facts (summed over calls)
 
     def _key(self, instance: Instance) -> CacheKey:
         # The exact request and the responder's identity, not the instance id: ids survive dataset rebuilds.
         return baseline_key(instance, self.config.mode, self.responder.identity)
 
     def baselines(self, instances: list[Instance]) -> dict[str, Judgement]:
-        """No-state judgements per instance id (cache first); an instance the responder failed on is absent."""
+        """No-state judgements per instance id (cache first); an instance the responder failed on is absent. The
+        instances are fitted to the responder's context first (``memstate.reward.fit``; a fitted one stays as it is),
+        so a key describes the request sent, whoever calls (training, ``precompute-baselines``)."""
+        instances = fit_to_responder(self.responder, instances)
         keys = {inst.id: (inst, self._key(inst)) for inst in instances}
         cached = self.cache.get_many([key for _, key in keys.values()])
         out = {key.instance_id: j for key, j in cached.items()}
@@ -160,6 +167,11 @@ class CounterfactualGainReward:
     ) -> list[float | None]:
         n = len(completions)
         instances = rows_to_instances(n, columns)
+        # What the responder is shown: facts dropped from the end of a prompt too long for its context, the same
+        # facts with and without a state. The gates read the instances as built.
+        shown = fit_to_responder(self.responder, instances)
+        n_facts_cut = facts_cut(instances, shown)
+        self.facts_cut += n_facts_cut
         hits_before, prompts_before = self.cache.hits, self.responder_prompts
         ids = completion_ids if completion_ids is not None else [None] * n
         texts = [completion_text(c) for c in completions]
@@ -193,7 +205,7 @@ class CounterfactualGainReward:
             calls_before = self.answer_flow.calls
             pairs = list(to_score)
             measured = self.answer_flow.shifts(
-                [instances[to_score[p][0]] for p in pairs], [parsed[to_score[p][0]].rules for p in pairs]
+                [shown[to_score[p][0]] for p in pairs], [parsed[to_score[p][0]].rules for p in pairs]
             )
             flow_calls = self.answer_flow.calls - calls_before
             self.responder_prompts += flow_calls
@@ -213,13 +225,13 @@ class CounterfactualGainReward:
         # Baselines for every instance in the batch (cached after the first time): they give the gain and the
         # logged baseline accuracy even when all of an instance's states were gated.
         n_needed = sum(len(idx) for idx in to_score.values())  # completions whose reward needs the responder
-        base = self.baselines(instances)
+        base = self.baselines(shown)
         groups = [idx for (inst_id, _), idx in to_score.items() if inst_id in base]
         n_unscorable = sum(len(idx) for (inst_id, _), idx in to_score.items() if inst_id not in base)
         changed = []
         if groups:
             self.responder_prompts += len(groups)
-            scored_instances = [instances[idx[0]] for idx in groups]
+            scored_instances = [shown[idx[0]] for idx in groups]
             judged = judge(self.responder, scored_instances, [parsed[idx[0]].rules for idx in groups], self.config.mode)
             for idx, inst, ours in zip(groups, scored_instances, judged, strict=True):
                 if ours is None:
@@ -274,6 +286,7 @@ class CounterfactualGainReward:
             log_metric("memstate/dedup_hits", float(n_dedup))
             log_metric("memstate/cache_hits", float(self.cache.hits - hits_before))
             log_metric("memstate/unscorable", float(n_unscorable))
+            log_metric("memstate/responder_facts_cut", float(n_facts_cut))
         if self.guard is not None:  # every rank, every call (a collective); raises before this round trains
             self.guard.observe(n_needed, n_unscorable, getattr(self.responder, "last_error", None))
         return rewards

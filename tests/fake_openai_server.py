@@ -3,9 +3,11 @@ stalls or garbles a configurable share of requests and counts what it did. Value
 token ids are the bytes of the text, a token's log-prob depends only on its id, the chat answer is "A".
 
 ``version`` is what ``GET /version`` reports (None: 404, as a server without the route); ``max_model_len`` is listed
-in ``/v1/models`` (None: left out); ``lacks`` names vLLM features it plays without: ``"logprob_token_ids"`` (chat
-replies carry no ``logprobs``, as a server that ignores the unknown field) and ``"prompt_logprobs"`` (completions
-carry none). ``port`` fixes the port, so a server can be stopped (``stop``) and a new one started on the same URL.
+in ``/v1/models`` (None: left out) and, as vLLM does, a completion request whose prompt tokens and ``max_tokens`` exceed
+it is refused with HTTP 400 (counted as ``too_long``); ``lacks`` names vLLM features it plays without:
+``"logprob_token_ids"`` (chat replies carry no ``logprobs``, as a server that ignores the unknown field) and
+``"prompt_logprobs"`` (completions carry none). ``port`` fixes the port, so a server can be stopped (``stop``) and a
+new one started on the same URL.
 """
 
 from __future__ import annotations
@@ -37,7 +39,7 @@ class FaultyOpenAIServer:
         self.version, self.max_model_len, self.lacks = version, max_model_len, frozenset(lacks)
         unknown = self.lacks - {"logprob_token_ids", "prompt_logprobs"}
         assert not unknown, f"unknown features in lacks: {sorted(unknown)}"
-        self.counts = {"requests": 0, "failed": 0, "stalled": 0, "garbage": 0, "ok": 0}
+        self.counts = {"requests": 0, "failed": 0, "stalled": 0, "garbage": 0, "ok": 0, "too_long": 0}
         self._rng = random.Random(seed)
         self._lock = threading.Lock()
         server = self
@@ -108,7 +110,11 @@ class FaultyOpenAIServer:
             reply = self._reply(handler.path, body)
             if reply is None:
                 return self._send(handler, 404, b'{"detail": "Not Found"}')
-            self._send(handler, 200, json.dumps(reply).encode())
+            status = reply.get("error", {}).get("code", 200)
+            if status != 200:
+                with self._lock:
+                    self.counts["too_long"] += 1
+            self._send(handler, status, json.dumps(reply).encode())
         except (BrokenPipeError, ConnectionResetError):
             pass
 
@@ -120,6 +126,20 @@ class FaultyOpenAIServer:
         handler.end_headers()
         handler.wfile.write(payload)
 
+    @staticmethod
+    def tokens(body: dict) -> list[int]:
+        """A request's prompt tokens: the bytes of its text (chat messages: of their JSON), or the ids it sends."""
+        if "messages" in body:
+            return list(json.dumps(body["messages"]).encode())
+        prompt = body["prompt"]
+        return list(prompt.encode()) if isinstance(prompt, str) else list(prompt)
+
+    def _too_long(self, body: dict) -> bool:
+        """As vLLM: a prompt whose tokens and ``max_tokens`` exceed ``max_model_len`` is refused (HTTP 400)."""
+        return (
+            self.max_model_len is not None and len(self.tokens(body)) + body.get("max_tokens", 16) > self.max_model_len
+        )
+
     def _reply(self, path: str, body: dict | None) -> dict | None:
         if path == "/version":
             return None if self.version is None else {"version": self.version}
@@ -129,8 +149,12 @@ class FaultyOpenAIServer:
                 model["max_model_len"] = self.max_model_len
             return {"object": "list", "data": [model]}
         if path == "/tokenize":
-            text = json.dumps(body["messages"]) if "messages" in body else body["prompt"]
-            return {"tokens": list(text.encode()[:64]), "count": min(len(text.encode()), 64)}
+            tokens = self.tokens(body)
+            return {"tokens": tokens, "count": len(tokens)}
+        if path in ("/v1/completions", "/v1/chat/completions") and self._too_long(body):
+            return {"error": {"message": f"This model's maximum context length is {self.max_model_len} tokens. "
+                              f"However, you requested {len(self.tokens(body)) + body.get('max_tokens', 16)} tokens.",
+                              "type": "BadRequestError", "code": 400}}  # fmt: skip
         if path == "/v1/completions":
             logprobs = [None] + [{str(t): {"logprob": -0.1 * (1 + t % 7), "rank": 1}} for t in body["prompt"][1:]]
             if "prompt_logprobs" in self.lacks:
