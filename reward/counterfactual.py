@@ -142,7 +142,10 @@ class CounterfactualGainReward:
         """No-state judgements per instance id (cache first); an instance the responder failed on is absent. The
         instances are fitted to the responder's context first (``memstate.reward.fit``; a fitted one stays as it is),
         so a key describes the request sent, whoever calls (training, ``precompute-baselines``)."""
-        instances = fit_to_responder(self.responder, instances)
+        return self._baselines(fit_to_responder(self.responder, instances))
+
+    def _baselines(self, instances: list[Instance]) -> dict[str, Judgement]:
+        """``baselines`` of instances already fitted to the responder's context."""
         keys = {inst.id: (inst, self._key(inst)) for inst in instances}
         cached = self.cache.get_many([key for _, key in keys.values()])
         out = {key.instance_id: j for key, j in cached.items()}
@@ -225,7 +228,7 @@ class CounterfactualGainReward:
         # Baselines for every instance in the batch (cached after the first time): they give the gain and the
         # logged baseline accuracy even when all of an instance's states were gated.
         n_needed = sum(len(idx) for idx in to_score.values())  # completions whose reward needs the responder
-        base = self.baselines(shown)
+        base = self._baselines(shown)  # fitted above
         groups = [idx for (inst_id, _), idx in to_score.items() if inst_id in base]
         n_unscorable = sum(len(idx) for (inst_id, _), idx in to_score.items() if inst_id not in base)
         changed = []

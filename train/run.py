@@ -247,10 +247,8 @@ def stop_on_responder_failure(trainer: GRPOTrainer, failure: ResponderFailure, o
     # The run ends here: the callbacks' end of training (the progress bar closes instead of redrawing at exit).
     trainer.control = trainer.callback_handler.on_train_end(trainer.args, trainer.state, trainer.control)
     if trainer.accelerator.is_main_process:
-        write_stopped(output_dir, f"responder failure: {failure}", step, checkpoint)
-        record = json.loads((output_dir / "stopped.json").read_text())
-        record |= {"unscorable_share": failure.share, "rounds": failure.rounds, "last_error": failure.last_error}
-        (output_dir / "stopped.json").write_text(json.dumps(record, indent=2) + "\n")
+        write_stopped(output_dir, f"responder failure: {failure}", step, checkpoint, unscorable_share=failure.share,
+                      rounds=failure.rounds, last_error=failure.last_error)  # fmt: skip
     trainer.accelerator.wait_for_everyone()
     return ResponderFailure(
         f"training stopped before optimizer step {step + 1}: {failure}. Saved {checkpoint} (step {step}) and "

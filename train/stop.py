@@ -47,7 +47,8 @@ class TrainingStopped(MemstateError, RuntimeError):
     hint = "rerun the same command with --resume once the cause is gone"
 
 
-def write_stopped(output_dir: Path, reason: str, step: int, checkpoint: Path) -> None:
-    """``stopped.json``: why and where a run stopped early, for people and for the launch script."""
+def write_stopped(output_dir: Path, reason: str, step: int, checkpoint: Path, **details) -> None:
+    """``stopped.json``: why and where a run stopped early (and any ``details``), for people and the launch script."""
     record = {"reason": reason, "step": step, "checkpoint": str(checkpoint), "time": time.strftime("%FT%T%z")}
+    record |= details
     (Path(output_dir) / "stopped.json").write_text(json.dumps(record, indent=2) + "\n")
