@@ -129,7 +129,7 @@ class EvalConfig(ResponderConfig):
 
 def resolve_checkpoint(path: str | Path) -> Path:
     """A model directory as given; a training output directory: its ``best/`` (the checkpoint with the highest
-    training reward, ``train/best.py``), else its ``final/``."""
+    validation gain, else training reward: ``train/best.py``), else its ``final/``."""
     path = Path(path)
     for kept in ("best", "final"):
         if (path / kept / "config.json").is_file():

@@ -1,9 +1,10 @@
 """``memstate demo``: the main job on the embedded default, as README.md's first command runs it.
 
-Tiny random-init models → the FEVER fixtures as Instances → format warm-up and GRPO on CPU → evaluation of the best
-checkpoint (by training reward) and of the final one, on the test split. Each stage is the ``memstate`` command the
-README shows, run in-process and timed; the run ends with ``runs/demo/summary.json`` and ``summary.md``: the
-reward curve in numbers, the format rates, accuracy and gain of both checkpoints, and the durations on this machine.
+Tiny random-init models → the FEVER fixtures as Instances → format warm-up and GRPO on CPU, validated every 50 steps
+→ evaluation of the best checkpoint (by validation gain) and of the final one, on the test split. Each stage is the
+``memstate`` command the README shows, run in-process and timed; the run ends with ``runs/demo/summary.json`` and
+``summary.md``: the reward curve in numbers, the format rates, each checkpoint's validation gain, accuracy and gain of
+both checkpoints on the test split, and the durations on this machine.
 README.md's demo section is that ``summary.md`` (tests/test_readme.py compares them after a fresh run).
 
 A pipeline exercise: the models know nothing, so accuracy and gain are noise; what the numbers show is that the
@@ -75,6 +76,7 @@ def training_summary(log_history: list[dict]) -> dict:
         f"cut_off_rate_last_{LAST_STEPS}_steps": _mean([e.get("memstate/cut_off_rate", 0.0) for e in last_rows]),
         "peak_format_rate": round(peak["memstate/format_rate"], 3),
         "peak_format_rate_step": peak["step"],
+        "validation_instances": max((e["eval_instances"] for e in log_history if "eval_instances" in e), default=0),
     }
 
 
@@ -102,6 +104,13 @@ def summarize(train_dir: Path, seconds: dict[str, float]) -> dict:
     }
     return {
         "training": training,
+        "selected_by": best["selected_by"],
+        # each checkpoint's validation gain (eval_gain at its step; train/validation.py), by step
+        "validation_gain": {
+            step: round(row["validation_gain"], 3)
+            for step, row in best["checkpoints"].items()
+            if row.get("validation_gain") is not None
+        },
         "best_step": best["best"]["step"] if best["best"] else None,
         "best_score": round(best["best"]["score"], 3) if best["best"] else None,
         "final_step": best["final"]["step"],
@@ -130,8 +139,11 @@ def render(summary: dict) -> str:
         f"{t['format_rate_last_50_steps']:.3f} (peak {t['peak_format_rate']:.3f} at step "
         f"{t['peak_format_rate_step']}, logged every {t['logged_every']} steps); cut off at the token limit over the "
         f"last 50 steps: {t['cut_off_rate_last_50_steps']:.3f}.",
-        f"- Kept checkpoints, scored by the mean reward over the steps up to them: best step {summary['best_step']} "
-        f"({summary['best_score']:+.3f}), final step {summary['final_step']} ({summary['final_score']:+.3f}).",
+        f"- Kept checkpoints, chosen by {summary['selected_by'].replace('_', ' ')} (the reward on the "
+        f"{t['validation_instances']} validation instances, 4 states each, at every save): "
+        + ", ".join(f"step {k} {v:+.3f}" for k, v in summary["validation_gain"].items())
+        + f"; best step {summary['best_step']} ({summary['best_score']:+.3f}), final step {summary['final_step']} "
+        f"({summary['final_score']:+.3f}).",
         f"- Test split ({best['n']} instances, states sampled at T = {EVAL_TEMPERATURE}): accuracy "
         f"{best['accuracy_no_state']:.3f} without a state; with the best checkpoint's states "
         f"{best['accuracy_checkpoint']:.3f}, gain {best['gain']:+.3f} {_ci(best['gain_ci95'])}, format rate "

@@ -130,6 +130,9 @@ class CounterfactualGainReward:
         self.answer_flow = AnswerFlowCheck(responder, self.config.answer_flow_threshold, answer_flow_cache)
         self.audit = audit
         self.guard = guard  # observes each call's unscorable share (None: never stops the run)
+        # While the trainer validates (``memstate.train.validation``): a list that each call extends with one row per
+        # completion (instance, group, reward, gate, correctness with and without the state); None while training.
+        self.validation: list[dict] | None = None
         self.responder_prompts = 0  # prompts sent to the responder, baselines and answer-flow checks included
         self.unscorable = 0  # completions rewarded None
         self.facts_cut = 0  # instances shown to the responder with fewer facts (summed over calls)
@@ -232,6 +235,7 @@ class CounterfactualGainReward:
         groups = [idx for (inst_id, _), idx in to_score.items() if inst_id in base]
         n_unscorable = sum(len(idx) for (inst_id, _), idx in to_score.items() if inst_id not in base)
         changed = []
+        with_state_correct: list[bool | None] = [None] * n
         if groups:
             self.responder_prompts += len(groups)
             scored_instances = [shown[idx[0]] for idx in groups]
@@ -242,7 +246,7 @@ class CounterfactualGainReward:
                     continue
                 for i in idx:
                     rewards[i] = ours.score - base[inst.id].score
-                    with_state[i] = ours.score
+                    with_state[i], with_state_correct[i] = ours.score, ours.correct
                 changed += [ours.answer != base[inst.id].answer] * len(idx)
         self.unscorable += n_unscorable
 
@@ -262,7 +266,21 @@ class CounterfactualGainReward:
                     log_extra(column, list(values))
         if self.audit is not None and trainer_state is not None:
             rows = [dict(zip(audit, values, strict=True)) for values in zip(*audit.values(), strict=True)]
-            self.audit.write(trainer_state.global_step + 1, rows)
+            # Training completions train the next optimizer step; validation ones are of the step just taken.
+            self.audit.write(trainer_state.global_step + (self.validation is None), rows)
+        if self.validation is not None:
+            self.validation += [
+                {
+                    "instance_id": inst.id,
+                    "group": inst.meta.get("group", inst.id),
+                    "reward": rewards[i],
+                    "gate": gate[i],
+                    "cut_off": isinstance(parsed[i], FormatError) and parsed[i].reason == CUT_OFF,
+                    "baseline_correct": base[inst.id].correct if inst.id in base else None,
+                    "with_state_correct": with_state_correct[i],
+                }
+                for i, inst in enumerate(instances)
+            ]
 
         if log_metric is not None:
             gains = [rewards[i] for idx in groups for i in idx if rewards[i] is not None]

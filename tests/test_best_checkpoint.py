@@ -1,4 +1,4 @@
-"""Choosing the best checkpoint by training reward (train/best.py), on a real TrainerState."""
+"""Choosing the best checkpoint by validation gain, else by training reward (train/best.py), on a real TrainerState."""
 
 import json
 
@@ -36,3 +36,18 @@ def test_a_worse_or_equal_later_checkpoint_does_not_replace_the_best(tmp_path):
         callback.on_save(args, state, TrainerControl())
     assert state.best_global_step == 10 and state.best_metric == -0.2
     assert state.best_model_checkpoint == str(tmp_path / "checkpoint-10")
+
+
+def test_with_validation_each_save_is_scored_by_the_gain_measured_at_its_step(tmp_path):
+    args = TrainingArguments(output_dir=str(tmp_path), save_steps=10, max_steps=40, report_to=[], use_cpu=True)
+    state, callback = TrainerState(), BestCheckpointCallback(by_validation=True)
+    # training reward rises all along; the validation gain peaks at step 20; step 30 was saved without an evaluation
+    gains = {10: 0.05, 20: 0.12, 30: None, 40: 0.08}
+    for step, gain in gains.items():
+        state.log_history.append({"step": step, "reward": step / 100})
+        if gain is not None:
+            state.log_history.append({"step": step, "eval_gain": gain, "eval_accuracy_state": 0.5})
+        state.global_step = step
+        callback.on_save(args, state, TrainerControl())
+    assert (state.best_global_step, state.best_metric) == (20, 0.12)
+    assert state.best_model_checkpoint == str(tmp_path / "checkpoint-20")

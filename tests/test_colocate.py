@@ -86,7 +86,7 @@ def run(tiny_models, fever_data, tmp_path_factory):
             "--responder_url", url,
             "--data_dir", str(fever_data),
             "--output_dir", str(out),
-            "--save_steps", str(SAVE_STEPS),
+            "--save_steps", str(SAVE_STEPS), "--eval_steps", str(SAVE_STEPS),
             "--save_total_limit", "3",
             "--logging_steps", "1",
             "--report_to", "none",
@@ -117,9 +117,17 @@ def test_every_sync_is_checked_and_equal(run, tiny_models):
     k = vllm_tensor_count(tiny_models["policy"])
     assert k == 18  # tiny Qwen3: embedding, 2 x 8 per layer, final norm
     # One generation round per step (steps_per_generation 1): one sync, one check each, before the step's update.
-    assert syncs(output) == [(n, n - 1, k, "0") for n in range(1, MAX_STEPS + 1)], output[-OUTPUT_TAIL:]
-    assert [e["vllm_sync/syncs"] for e in steps] == [float(n) for n in range(1, MAX_STEPS + 1)]
-    assert all(e["vllm_sync/checked"] == k and e["vllm_sync/max_abs_diff"] == 0.0 for e in steps)
+    # Validation (every SAVE_STEPS and at the end) generates with vLLM too: after step 2 it syncs step 2's weights,
+    # which step 3's round reuses (TRL syncs when the step changed), and after step 4 it adds one sync.
+    assert syncs(output) == [(n, n - 1, k, "0") for n in range(1, MAX_STEPS + 2)], output[-OUTPUT_TAIL:]
+    # Each check's metrics land in the log of the phase that synced: step 3 synced nothing (it reused validation's).
+    trained_syncs = {e["step"]: e["vllm_sync/syncs"] for e in steps if "vllm_sync/syncs" in e}
+    assert trained_syncs == {1: 1.0, 2: 2.0, 4: 4.0}, trained_syncs
+    validation = [e for e in history if "eval_vllm_sync/syncs" in e]
+    assert [(e["step"], e["eval_vllm_sync/syncs"]) for e in validation] == [(2, 3.0), (4, 5.0)]
+    checks = [(e["vllm_sync/checked"], e["vllm_sync/max_abs_diff"]) for e in steps if "vllm_sync/syncs" in e]
+    checks += [(e["eval_vllm_sync/checked"], e["eval_vllm_sync/max_abs_diff"]) for e in validation]
+    assert checks == [(k, 0.0)] * 5, checks
     # The check is not trivial: the policy changed between syncs (a GRPO update with a non-zero gradient) ...
     assert any(e["grad_norm"] > 0 for e in steps[:-1]), [e["grad_norm"] for e in steps]
     trained = load_file(run["out"] / f"checkpoint-{MAX_STEPS}" / "model.safetensors")
@@ -161,7 +169,7 @@ def test_checkpoints_and_resume(run):
     assert [e["step"] for e in history if "reward" in e] == list(range(1, RESUMED_MAX_STEPS + 1))
     # A new process: its own engine, synced and checked at each step it trains.
     k = vllm_tensor_count(out / "final")
-    expected = [(n, MAX_STEPS + n - 1, k, "0") for n in range(1, RESUMED_MAX_STEPS - MAX_STEPS + 1)]
+    expected = [(n, MAX_STEPS + n - 1, k, "0") for n in range(1, RESUMED_MAX_STEPS - MAX_STEPS + 2)]  # + validation
     assert syncs(output) == expected, output[-OUTPUT_TAIL:]
     state = json.loads((out / f"checkpoint-{RESUMED_MAX_STEPS}" / "trainer_state.json").read_text())
     assert state["global_step"] == RESUMED_MAX_STEPS

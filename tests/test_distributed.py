@@ -30,6 +30,7 @@ import torch
 from safetensors.torch import load_file
 from transformers import AutoModelForCausalLM
 
+from memstate.data import load_split
 from memstate.threads import child_thread_env
 
 pytestmark = pytest.mark.distributed
@@ -74,6 +75,8 @@ def launch_command(
         "--max_steps",
         str(MAX_STEPS),
         "--save_steps",
+        str(SAVE_STEPS),
+        "--eval_steps",  # validation on both ranks before every save, each its shard, gathered
         str(SAVE_STEPS),
         "--save_total_limit",
         "3",
@@ -192,6 +195,24 @@ def test_shared_prefix_path_ran_on_both_ranks(run):
     assert proc.stdout.count("shared-prefix check: log-probs mean") == WORLD_SIZE, explain(proc, cmd)
     history = json.loads((output_dir / "log_history.json").read_text())
     assert all(e["shared_prefix/token_ratio"] > 2 for e in history if "reward" in e)
+
+
+def test_validation_ran_on_both_ranks_and_chose_best(run, fever_data):
+    """Validation under two processes: each rank evaluated its shard of the validation split and the figures logged
+    are of all of it (gathered), at every save and at the end; best/ was chosen by them."""
+    proc, cmd, output_dir = run
+    n_valid = len(load_split(fever_data, "validation"))
+    history = json.loads((output_dir / "log_history.json").read_text())
+    figures = {e["step"]: e for e in history if "eval_gain" in e}
+    assert sorted(figures) == list(range(SAVE_STEPS, MAX_STEPS + 1, SAVE_STEPS)), explain(proc, cmd)
+    for e in figures.values():
+        # 4 states per instance; every instance counted once although each rank saw only its shard
+        assert e["eval_instances"] == n_valid and e["eval_completions"] >= 4 * n_valid, e
+    audit = sorted(p.name for p in (output_dir / "audit" / "validation").glob("*.parquet"))
+    assert audit == [f"step-{s:06d}-rank{r}.parquet" for s in sorted(figures) for r in range(WORLD_SIZE)], audit
+    best = json.loads((output_dir / "best.json").read_text())
+    assert best["selected_by"] == "validation_gain"
+    assert best["best"]["score"] == max(figures[int(s)]["eval_gain"] for s in best["scores"])
 
 
 def test_lora_under_zero3_exports_a_merged_model(tiny_models, fever_data, tmp_path_factory):

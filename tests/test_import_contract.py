@@ -17,9 +17,12 @@ STAGES = ("data_build", "reward", "train", "serve", "evaluate", "memory", "exper
 # What each stage may import besides the core (``memstate.<core module>``); prefixes, as in the design.
 ALLOWED: dict[str, tuple[str, ...]] = {
     "core": (),
-    "data_build": (),
+    # The PersonaMem builder draws its relations with the memory pipeline's one relation rule, so the policy
+    # learns from edges drawn as they are served.
+    "data_build": ("memstate.memory.relation_rule",),
     "reward": (),
-    "train": ("memstate.reward",),
+    # Validation during training reports its gain with evaluation's cluster-bootstrap CI (train/validation.py).
+    "train": ("memstate.reward", "memstate.evaluate.stats"),
     "serve": (),
     "evaluate": ("memstate.reward", "memstate.serve.client", "memstate.memory"),
     "memory": ("memstate.serve.client",),

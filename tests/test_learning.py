@@ -64,6 +64,7 @@ def setup(tiny_models, fever_data, tmp_path_factory):
                     "--learning_rate", str(learning_rate),
                     "--max_steps", str(max_steps),
                     "--save_strategy", "no",
+                    "--eval_strategy", "no",  # learning is read off the training reward; nothing to select
                     "--report_to", "none",
                     *EXTRA,
                     *extra,

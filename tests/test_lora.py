@@ -19,7 +19,7 @@ def test_lora_run_exports_a_merged_model(tiny_models, fever_data, tmp_path):
         "--data_dir", str(fever_data), "--output_dir", str(out), "--report_to", "none",
         "--use_peft", "true", "--lora_r", "8", "--lora_alpha", "16", "--learning_rate", "0.005",
         "--lora_modules_to_save", "lm_head",
-        "--max_steps", "4", "--save_steps", "4",
+        "--max_steps", "4", "--save_steps", "4", "--eval_steps", "4",
     ]) == 0  # fmt: skip
     adapter = json.loads((out / "final-adapter" / "adapter_config.json").read_text())
     assert adapter["r"] == 8 and adapter["lora_alpha"] == 16 and "q_proj" in adapter["target_modules"]

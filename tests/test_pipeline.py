@@ -27,6 +27,7 @@ def trained(tmp_path_factory):
         "--output_dir", str(tmp / "run"),
         "--format_warmup_steps", "2",
         "--save_steps", "2",
+        "--eval_steps", "2",
         "--logging_steps", "1",
         "--max_completion_length", "16",
     ]  # fmt: skip
@@ -47,6 +48,16 @@ def test_train_writes_checkpoints_with_metadata(trained):
     history = json.loads((run / "log_history.json").read_text())
     assert [e["step"] for e in history if "reward" in e] == [1, 2, 3, 4]
     assert all("memstate/format_rate" in e for e in history if "reward" in e)
+    # validation at every eval_steps (2): TRL's eval_* and memstate's figures over the whole validation split
+    validated = [e for e in history if "eval_gain" in e]
+    assert [e["step"] for e in validated] == [2, 4] and [e["step"] for e in history if "eval_reward" in e] == [2, 4]
+    for e in validated:
+        assert e["eval_instances"] == 18 and e["eval_completions"] == 72  # 18 validation instances x 4 states
+        assert e["eval_gain_ci_low"] <= e["eval_gain"] <= e["eval_gain_ci_high"]
+        assert {"eval_accuracy_no_state", "eval_format_rate", "eval_leak_rate", "eval_cut_off_rate"} <= e.keys()
+    assert validated[0]["eval_responder_prompts"] >= 18  # the baselines once, then only with-state prompts
+    assert sorted(p.name for p in (run / "audit" / "validation").iterdir()) == [
+        "step-000002-rank0.parquet", "step-000004-rank0.parquet"]  # fmt: skip
     assert set(json.loads((run / "timings.json").read_text())) >= {"load_data", "format_warmup", "grpo"}
     # tracking: wandb's offline run directory and the curves, next to the checkpoints
     assert list((run / "wandb").glob("offline-run-*/run-*.wandb"))
@@ -61,7 +72,7 @@ def test_train_writes_checkpoints_with_metadata(trained):
     assert all(e["shared_prefix/token_ratio"] > 2 for e in history if "reward" in e)
 
 
-def test_the_best_checkpoint_by_training_reward_is_exported_next_to_final(trained):
+def test_the_best_checkpoint_by_validation_gain_is_exported_next_to_final(trained):
     from memstate.train.best import window_mean
     from safetensors.torch import load_file
 
@@ -69,8 +80,14 @@ def test_the_best_checkpoint_by_training_reward_is_exported_next_to_final(traine
     run = tmp / "run"
     history = json.loads((run / "log_history.json").read_text())
     best = json.loads((run / "best.json").read_text())
+    assert best["selected_by"] == "validation_gain"
+    gains = {e["step"]: e["eval_gain"] for e in history if "eval_gain" in e}
     scores = {int(k): v for k, v in best["scores"].items()}
-    assert scores == {2: window_mean(history, 1, 2), 4: window_mean(history, 3, 4)}
+    assert scores == gains == {2: gains[2], 4: gains[4]}
+    # every checkpoint's validation figures next to its training reward
+    for step in (2, 4):
+        row = best["checkpoints"][str(step)]
+        assert row["train_reward"] == window_mean(history, step - 1, step) and row["validation_gain"] == gains[step]
     top = max(scores.values())
     assert best["best"]["score"] == top and best["final"] == {"step": 4, "score": scores[4], "path": str(run / "final")}
     # the earliest checkpoint with the top score (a later tie does not replace it; the final one is kept as best
@@ -84,7 +101,54 @@ def test_the_best_checkpoint_by_training_reward_is_exported_next_to_final(traine
     for f in ("config.json", "tokenizer.json", "chat_template.jinja", "memstate.json", "README.md"):
         assert (run / "best" / f).is_file(), f"best/{f} missing"
     assert not list((run / "best").glob("optimizer*")) and not (run / "best" / "trainer_state.json").exists()
-    assert f"step {step} of 4" in (run / "best" / "README.md").read_text()
+    assert f"validation gain: step {step} of 4" in (run / "best" / "README.md").read_text()
+
+
+def test_validation_chooses_an_earlier_checkpoint_than_the_one_training_reward_would(trained, tmp_path):
+    """A run whose validation gain peaks at step 2 while its training reward keeps rising: best/ holds checkpoint-2's
+    weights; without validation the same run's best/ would be the final model."""
+    import shutil
+
+    import torch
+    from memstate.train.best import BestCheckpointCallback
+    from memstate.train.run import export_best
+    from safetensors.torch import load_file, save_file
+    from transformers import AutoTokenizer, TrainerControl, TrainerState, TrainingArguments
+
+    from memstate.checkpoint import CheckpointMetadata
+
+    tmp, _ = trained
+    run = tmp_path / "run"
+    shutil.copytree(tmp / "run" / "final", run / "final")
+    for step in (2, 4, 6):  # distinct weights per checkpoint, so best/ shows which one it came from
+        target = run / ("final" if step == 6 else f"checkpoint-{step}")
+        if step != 6:
+            shutil.copytree(tmp / "run" / "final", target)
+        weights = load_file(target / "model.safetensors")
+        shifted = {k: v + step if v.is_floating_point() else v for k, v in weights.items()}
+        save_file(shifted, target / "model.safetensors")
+    args = TrainingArguments(output_dir=str(run), save_steps=2, max_steps=6, report_to=[], use_cpu=True)
+    curves = {2: (-0.8, 0.30), 4: (-0.5, 0.10), 6: (-0.2, 0.05)}  # training reward up, validation gain down
+    chosen = {}
+    for by_validation in (True, False):
+        state, callback = TrainerState(), BestCheckpointCallback(by_validation)
+        for step, (reward, gain) in curves.items():
+            state.log_history += [{"step": step - 1, "reward": reward}, {"step": step, "reward": reward},
+                                  {"step": step, "eval_gain": gain}]  # fmt: skip
+            state.global_step = step
+            if step < 6:
+                callback.on_save(args, state, TrainerControl())
+        metadata = CheckpointMetadata.read(run / "final")
+        tokenizer = AutoTokenizer.from_pretrained(run / "final")
+        report = export_best(state, args, "unused", run / "final", tokenizer, metadata, torch.float32, by_validation)
+        chosen[by_validation] = (report["selected_by"], report["best"]["step"])
+        exported = load_file(run / "best" / "model.safetensors")
+        source = load_file(Path(report["best"]["source"]) / "model.safetensors")
+        assert all(exported[k].equal(source[k]) for k in exported)
+        if by_validation:
+            assert report["best"]["source"] == str(run / "checkpoint-2")
+            assert report["checkpoints"]["4"] == {"train_reward": -0.5, "validation_gain": 0.10}
+    assert chosen == {True: ("validation_gain", 2), False: ("train_reward", 6)}
 
 
 def test_resume_continues_from_last_checkpoint(trained):

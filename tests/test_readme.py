@@ -129,3 +129,10 @@ def test_readme_demo_figures_match_the_fresh_run(fresh_copy):
     # The demo's own bar (issue 21): on unseen claims the kept checkpoint writes well-formed states about as often
     # as training did at its best.
     assert summary["best_test_format_rate_minus_peak_training"] >= -0.1, summary
+    # best/ was chosen by the validation gain measured before every save (issue 41), logged at every eval_steps
+    run = fresh_copy / "runs" / "train" / "tiny_cpu"
+    best = json.loads((run / "best.json").read_text())
+    assert best["selected_by"] == "validation_gain", best
+    assert all("validation_gain" in best["checkpoints"][str(step)] for step in range(50, 301, 50)), best
+    state = json.loads((run / "checkpoint-300" / "trainer_state.json").read_text())
+    assert [e["step"] for e in state["log_history"] if "eval_gain" in e] == list(range(50, 301, 50))

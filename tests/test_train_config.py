@@ -6,6 +6,7 @@ from pathlib import Path
 import pytest
 
 from memstate.cli import main
+from memstate.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parents[1]
 QWEN = ROOT / "configs" / "train" / "qwen3_4b_8gpu.yaml"
@@ -33,6 +34,31 @@ def test_dry_run_of_the_production_config_prints_its_arithmetic(tiny_models, fev
     assert report["vllm_gpu_memory_utilization"] == "0.3" and report["vllm_enable_sleep_mode"] == "True"
     # KV cache of the tiny stand-in: 2 layers x 1 KV head x head_dim 64 x (K, V) x 2 bytes = 0.5 KiB a token
     assert report["kv_cache_kib_per_token"] == "0.5" and float(report["kv_cache_mib_per_sequence_at_context"]) == 4.2
+    # Validation: the fixture's 18 validation instances (below the config's 512) x 4 states, answer flow doubling it
+    assert report["validation"].startswith("18 validation instances x 4 states every 50 steps")
+    assert report["validation_responder_prompts"].startswith("144 per evaluation")
+
+
+def test_saves_between_evaluations_are_refused(tiny_models, fever_data, capsys):
+    argv = ["train", "--config", str(QWEN), "--dry-run", "--world-size", "8", "--eval_steps", "20",
+            "--policy_model", str(tiny_models["policy"]), "--data_dir", str(fever_data)]  # fmt: skip
+    assert main(argv) == 2
+    assert "save_steps 50 is not a multiple of eval_steps 20" in capsys.readouterr().err
+    assert main([*argv, "--eval_steps", "25"]) == 0  # every save falls on an evaluation
+    assert main([*argv, "--eval_strategy", "no"]) == 0
+    assert "off: best/ by training reward" in capsys.readouterr().out
+
+
+def test_a_validation_subset_is_fixed_by_the_seed(fever_data, tmp_path):
+    from memstate.train.validation import validation_instances
+
+    full = validation_instances(str(fever_data), "validation", None, 0)
+    a, b = (validation_instances(str(fever_data), "validation", 5, seed) for seed in (0, 0))
+    assert [i.id for i in a] == [i.id for i in b] and len(a) == 5 and {i.id for i in a} < {i.id for i in full}
+    assert [i.id for i in validation_instances(str(fever_data), "validation", 5, 1)] != [i.id for i in a]
+    assert validation_instances(str(tmp_path), "validation", None, 0) is None  # data without the split
+    with pytest.raises(ConfigError, match="validation_split"):
+        validation_instances(str(fever_data), "valid", None, 0)
 
 
 def test_dry_run_rejects_arithmetic_that_does_not_divide(tiny_models, fever_data, capsys):

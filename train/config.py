@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import os
 from dataclasses import dataclass, field
+from types import SimpleNamespace
 from typing import Literal
 
 from memstate.reward.answer_flow import DEFAULT_THRESHOLD
@@ -30,6 +31,26 @@ class MemstateTrainArguments:
     data_dir: str = field(metadata={"help": "Built Instance dataset (memstate build-data output)."})
     train_split: str = field(default="train", metadata={"help": "Split to train on."})
     max_train_instances: int | None = field(default=None, metadata={"help": "Use only the first N instances."})
+    validation_split: str = field(
+        default="validation",
+        metadata={
+            "help": "Split evaluated every eval_steps when eval_strategy is 'steps' (TRL's eval_dataset; "
+            "train/validation.py): states sampled as in training (num_generations_eval each), rewarded by the same "
+            "reward, logged as eval_* (eval/* in wandb); best/ is the checkpoint with the highest validation gain. "
+            "A data_dir without this split: no validation, best/ by training reward (logged)."
+        },
+    )
+    max_validation_instances: int | None = field(
+        default=None,
+        metadata={
+            "help": "Validate on a fixed subset of this many instances of validation_split, drawn with seed (the same "
+            "at every evaluation and on resume). Each evaluation costs num_generations_eval responder prompts per "
+            "instance (twice that with answer_flow_check), plus one baseline per instance the first time."
+        },
+    )
+    validation_bootstrap_resamples: int = field(
+        default=1000, metadata={"help": "Resamples of the validation gain's cluster-bootstrap 95% CI."}
+    )
     format_penalty: float = field(default=-1.0, metadata={"help": "Reward of a state that fails parse_state."})
     leak_penalty: float = field(default=-1.0, metadata={"help": "Reward of a state that contains the answer."})
     answer_flow_check: bool = field(
@@ -203,6 +224,8 @@ class MemstateTrainArguments:
             raise ConfigError(f"max_unscorable_share must be in [0, 1], got {self.max_unscorable_share}")
         if self.unscorable_patience < 1:
             raise ConfigError(f"unscorable_patience must be at least 1, got {self.unscorable_patience}")
+        if self.max_validation_instances is not None and self.max_validation_instances < 1:
+            raise ConfigError(f"max_validation_instances must be at least 1, got {self.max_validation_instances}")
 
 
 def load_train_instances(script_args: MemstateTrainArguments) -> list:
@@ -263,6 +286,24 @@ def check_model_init(script_args: MemstateTrainArguments, config: GRPOConfig) ->
         )
 
 
+def check_validation_settings(config: GRPOConfig) -> None:
+    """Refuse saves that validation would not score: ``best/`` is chosen by the validation gain measured at a
+    checkpoint's step, so with both strategies 'steps' every save must fall on an evaluation (as transformers asks
+    of ``load_best_model_at_end``)."""
+    from memstate.train.best import save_interval
+
+    if config.eval_strategy != "steps" or config.save_strategy != "steps":
+        return
+    every = save_interval(config)
+    evaluate_every = save_interval(SimpleNamespace(save_steps=config.eval_steps, max_steps=config.max_steps))
+    if every % evaluate_every:
+        raise ConfigError(
+            f"save_steps {config.save_steps} is not a multiple of eval_steps {config.eval_steps}: a checkpoint "
+            f"between evaluations would have no validation gain to be chosen by; set eval_steps to a divisor of "
+            f"{every} (e.g. {every}), or eval_strategy: no to choose best/ by training reward"
+        )
+
+
 class TrainParser(StageParser):
     """``--dry-run`` relaxes only device and precision, so a GPU config validates on CPU (the arithmetic does not
     use them)."""
@@ -307,6 +348,7 @@ def run(parsed: tuple[MemstateTrainArguments, ResponderConfig, GRPOConfig, argpa
     # A dry run forces use_cpu (TrainParser) to validate a GPU config anywhere: its device settings are not checked.
     check_vllm_settings(script_args, grpo_config, on_cpu=grpo_config.use_cpu and not options.dry_run)
     check_model_init(script_args, grpo_config)
+    check_validation_settings(grpo_config)
     # The batch settings for the processes of this launch (a dry run: the ones it is told), before anything loads.
     world_size = (options.world_size or int(os.environ.get("WORLD_SIZE", 1))) if options.dry_run else None
     grpo_config = fit_to_world(script_args.completions_per_step, grpo_config, world_size or grpo_config.world_size)

@@ -1,4 +1,5 @@
-"""``training_curves.png``: reward, gain, format/leak rates, KL and completion length over training steps."""
+"""``training_curves.png``: reward, gain (training and validation), format/leak rates, KL and completion length over
+training steps."""
 
 from __future__ import annotations
 
@@ -12,6 +13,8 @@ import matplotlib.pyplot as plt  # noqa: E402
 PANELS = (
     ("reward", ("reward",)),
     ("counterfactual gain", ("memstate/gain_mean",)),
+    ("validation gain (95% CI)", ("eval_gain", "eval_gain_ci_low", "eval_gain_ci_high")),
+    ("validation accuracy", ("eval_accuracy_no_state", "eval_accuracy_state")),
     ("format / leak rate", ("memstate/format_rate", "memstate/leak_rate")),
     ("KL to reference", ("kl",)),
     ("completion length (tokens)", ("completions/mean_length",)),

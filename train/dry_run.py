@@ -7,6 +7,7 @@ import math
 from pathlib import Path
 
 from memstate.train.config import MemstateTrainArguments, load_train_instances
+from memstate.train.validation import validation_instances
 from transformers import AutoConfig, AutoTokenizer
 from trl import GRPOConfig
 
@@ -61,6 +62,26 @@ def batch_arithmetic(config: GRPOConfig, n_instances: int, world_size: int) -> d
     }
 
 
+def validation_plan(script_args: MemstateTrainArguments, config: GRPOConfig) -> dict:
+    """What each evaluation of the validation split costs in responder prompts (``train/validation.py``): one per
+    state (two with the answer-flow check), plus one baseline per instance the first time (then cached)."""
+    if config.eval_strategy == "no":
+        return {"validation": "off: best/ by training reward"}
+    held_out = validation_instances(
+        script_args.data_dir, script_args.validation_split, script_args.max_validation_instances, config.seed
+    )
+    if not held_out:
+        return {"validation": f"off: no {script_args.validation_split!r} split; best/ by training reward"}
+    states = len(held_out) * (config.num_generations_eval or config.num_generations)
+    prompts = states * (2 if script_args.answer_flow_check else 1)
+    return {
+        "validation": f"{len(held_out)} {script_args.validation_split} instances x "
+        f"{config.num_generations_eval or config.num_generations} states every {config.eval_steps} steps; "
+        f"best/ by validation gain",
+        "validation_responder_prompts": f"{prompts} per evaluation (+ {len(held_out)} baselines the first time)",
+    }
+
+
 def hub_files_unavailable(policy_model: str) -> str | None:
     """Why the tokenizer and config of a Hub policy cannot be read here (offline and not in the local cache), or None.
 
@@ -86,6 +107,7 @@ def dry_run(script_args: MemstateTrainArguments, config: GRPOConfig, world_size:
     if not instances:
         raise ConfigError(f"{script_args.data_dir}: split {script_args.train_split!r} is empty")
     report = batch_arithmetic(config, len(instances), world_size)
+    report |= validation_plan(script_args, config)
     report |= {
         "max_prompt_tokens": script_args.max_prompt_tokens,
         "max_completion_length": config.max_completion_length,

@@ -13,7 +13,7 @@ import time
 import warnings
 from collections import defaultdict, deque
 from contextlib import contextmanager
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 
 import torch
@@ -22,12 +22,21 @@ from memstate.reward.audit import AuditLog
 from memstate.reward.cache import open_training_cache
 from memstate.reward.counterfactual import CounterfactualGainReward, RewardConfig
 from memstate.reward.failure import UnscorableGuard
-from memstate.train.best import METRIC, BestCheckpointCallback, checkpoint_scores, save_interval
+from memstate.train.best import (
+    METRIC,
+    VALIDATION_METRIC,
+    BestCheckpointCallback,
+    checkpoint_score,
+    save_interval,
+    validation_at,
+    window_mean,
+)
 from memstate.train.config import MemstateTrainArguments, load_train_instances
 from memstate.train.curves import plot_training_curves
 from memstate.train.data import grpo_dataset
 from memstate.train.shared_prefix import SharedPrefixGRPOTrainer
 from memstate.train.stop import StopFileCallback, TrainingStopped, write_stopped
+from memstate.train.validation import ValidateAtEnd, attach_validation, validation_instances
 from memstate.train.warmup import format_warmup
 from peft import LoraConfig, PeftModel
 from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
@@ -145,6 +154,19 @@ def finish_export(
 _TRAINING_STATE = ("optimizer", "scheduler", "rng_state", "trainer_state", "global_step", "latest", "zero_to_fp32")
 
 
+def checkpoint_figures(log_history: list[dict], steps: list[int], interval: int) -> dict[str, dict]:
+    """Every checkpoint's figures for ``best.json``: its windowed training reward and, when validated at its step,
+    the validation gain (with its 95% CI), accuracies and gate rates."""
+    table = {}
+    for step in steps:
+        row = {"train_reward": window_mean(log_history, step - interval + 1, step)}
+        figures = validation_at(log_history, step)
+        if figures is not None:
+            row |= {"validation_" + k[len("eval_") :]: v for k, v in figures.items() if k.startswith("eval_")}
+        table[str(step)] = row
+    return table
+
+
 def export_best(
     state,
     grpo_config: GRPOConfig,
@@ -153,17 +175,25 @@ def export_best(
     tokenizer,
     metadata: CheckpointMetadata,
     dtype: torch.dtype,
+    by_validation: bool = False,
 ) -> dict:
-    """Write ``best/`` (the checkpoint with the highest windowed training reward, ``train/best.py``; the final model
-    when it scores higher than every checkpoint) and ``best.json`` (each checkpoint's score, the best, the final)."""
+    """Write ``best/`` (the checkpoint with the highest validation gain, or without validation the highest windowed
+    training reward, ``train/best.py``; the final model when it scores higher than every checkpoint) and
+    ``best.json`` (what chose it, each checkpoint's figures, the best, the final)."""
     output_dir = final_dir.parent
     interval = save_interval(grpo_config)
     saved = sorted({*range(interval, state.global_step + 1, interval)}) if grpo_config.save_strategy == "steps" else []
-    scores = checkpoint_scores(state.log_history, saved + [state.global_step], interval)
+    steps = sorted({*saved, state.global_step})
+    scores = {step: checkpoint_score(state.log_history, step, interval, by_validation) for step in steps}
     final_score = scores[state.global_step]
+    selected_by = "validation_gain" if by_validation else "train_reward"
     report = {
-        "metric": f"mean training {METRIC} over the {interval} steps up to a checkpoint",
+        "selected_by": selected_by,
+        "metric": "mean reward on the validation instances at the checkpoint's step (eval_gain)"
+        if by_validation
+        else f"mean training {METRIC} over the {interval} steps up to a checkpoint",
         "scores": {str(k): v for k, v in scores.items()},
+        "checkpoints": checkpoint_figures(state.log_history, steps, interval),
         "final": {"step": state.global_step, "score": final_score, "path": str(final_dir)},
         "best": None,
     }
@@ -173,7 +203,7 @@ def export_best(
     best_dir = output_dir / "best"
     shutil.rmtree(best_dir, ignore_errors=True)
     if best_score is None:
-        report["why_no_best"] = f"no {METRIC} was logged"
+        report["why_no_best"] = f"no {VALIDATION_METRIC if by_validation else METRIC} was logged"
     elif best_ckpt is None:  # the final model is the best
         shutil.copytree(final_dir, best_dir, ignore=shutil.ignore_patterns("eval-*"))
     else:
@@ -193,7 +223,8 @@ def export_best(
                 source, best_dir, ignore=lambda _, names: [n for n in names if n.startswith(_TRAINING_STATE)]
             )
         if best_score is not None:
-            note = f"\nBest checkpoint by training reward: step {best_step} of {state.global_step} ({source.name}).\n"
+            by = "validation gain" if by_validation else "training reward"
+            note = f"\nBest checkpoint by {by}: step {best_step} of {state.global_step} ({source.name}).\n"
             finish_export(best_dir, tokenizer, metadata, state.log_history, note)
     if best_score is not None:
         report["best"] = {
@@ -202,8 +233,8 @@ def export_best(
             "path": str(best_dir),
             "source": str(best_ckpt or final_dir),
         }
-        logger.info("best: step %d (%s %.3f) -> %s; final: step %d (%s)", best_step, METRIC, best_score, best_dir,
-                    state.global_step, "n/a" if final_score is None else f"{final_score:.3f}")  # fmt: skip
+        logger.info("best by %s: step %d (%.3f) -> %s; final: step %d (%s)", selected_by, best_step, best_score,
+                    best_dir, state.global_step, "n/a" if final_score is None else f"{final_score:.3f}")  # fmt: skip
     else:
         logger.warning("no best/ exported: %s", report["why_no_best"])
     (output_dir / "best.json").write_text(json.dumps(report, indent=2))
@@ -280,6 +311,22 @@ def train(
     with timers("load_data"):
         instances = load_train_instances(script_args)
         logger.info("%d %s instances from %s", len(instances), script_args.train_split, script_args.data_dir)
+        held_out = None
+        if grpo_config.eval_strategy != "no":
+            held_out = validation_instances(script_args.data_dir, script_args.validation_split,
+                                            script_args.max_validation_instances, grpo_config.seed)  # fmt: skip
+            if not held_out:
+                # Nothing to validate on: checkpoints are chosen by training reward, and best.json says so.
+                logger.warning(
+                    "eval_strategy %s, but %s has no %r split: no validation, best/ by training reward",
+                    grpo_config.eval_strategy,
+                    script_args.data_dir,
+                    script_args.validation_split,
+                )
+                grpo_config = replace(grpo_config, eval_strategy="no", do_eval=False)
+            else:
+                logger.info("validation: %d %s instances every %s steps", len(held_out), script_args.validation_split,
+                            grpo_config.eval_steps)  # fmt: skip
 
     with timers("load_responder"):
         # A responder server that is down fails here (make_responder checks its health), before any training.
@@ -330,6 +377,7 @@ def train(
         tokenizer = AutoTokenizer.from_pretrained(policy)
         dataset, truncated = grpo_dataset(instances, tokenizer, script_args.max_prompt_tokens)
         metadata.prompts_truncated = truncated
+        eval_dataset = grpo_dataset(held_out, tokenizer, script_args.max_prompt_tokens)[0] if held_out else None
         if grpo_config.use_vllm and grpo_config.vllm_mode == "colocate":
             from memstate.train.vllm_sync import keep_vllm_cpu_weights
 
@@ -339,8 +387,9 @@ def train(
             reward_funcs=[reward],
             args=grpo_config,
             train_dataset=dataset,
+            eval_dataset=eval_dataset,
             processing_class=tokenizer,
-            callbacks=[WriteMetadataCallback(metadata), BestCheckpointCallback()],
+            callbacks=[WriteMetadataCallback(metadata), BestCheckpointCallback(by_validation=bool(held_out))],
             peft_config=lora_config(script_args),
         )
         if script_args.shared_prefix_training:
@@ -370,6 +419,10 @@ def train(
 
             VLLMWeightCheck(trainer)  # wraps trainer.vllm_generation.sync_weights
         bound_completion_logs(trainer, script_args.log_completions_max_rows)
+        if held_out:
+            audit_dir = output_dir / "audit" / "validation"
+            attach_validation(trainer, reward, audit_dir, script_args.validation_bootstrap_resamples)
+            trainer.add_callback(ValidateAtEnd())
         stop = StopFileCallback(script_args.stop_file) if script_args.stop_file else None
         if stop is not None:
             trainer.add_callback(stop)
@@ -408,7 +461,7 @@ def train(
             finish_export(final_dir, tokenizer, metadata, trainer.state.log_history)
     with timers("save_best"):
         if trainer.accelerator.is_main_process:
-            export_best(trainer.state, grpo_config, policy, final_dir, tokenizer, metadata, dtype)
+            export_best(trainer.state, grpo_config, policy, final_dir, tokenizer, metadata, dtype, bool(held_out))
     per_rank = gather_object([{"responder_prompts": reward.responder_prompts, "unscorable": reward.unscorable,
                                "answer_flow_prompts": reward.answer_flow.calls}])  # fmt: skip
     if not trainer.accelerator.is_main_process:
