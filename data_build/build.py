@@ -413,9 +413,14 @@ def _write(out_dir, config, reads, log, balance, instances, split_of, capped, pr
                 f.write(json.dumps(row, ensure_ascii=False) + "\n")
     DatasetDict(parts).save_to_disk(str(out_dir / "hf"))
 
+    from memstate.memory.relation_rule import RELATION_RULE_VERSION  # late: the memory package is large
+
     skipped = sorted(log.records, key=lambda s: (s.file, s.line))
     manifest = {
         "builder": "memstate.data_build.build",
+        # The rule that drew the relations the policy learns from (memory.relation_rule), so a serving store
+        # (meta relation_rule) can be checked against it.
+        "relation_rule": RELATION_RULE_VERSION,
         "config": asdict(config),
         "inputs": [inp for r in reads for inp in r.inputs],
         "records": {

@@ -18,11 +18,11 @@ stripped, repeated texts kept once at their latest turn):
 - **gold**: the ``max_facts`` turns most similar to the question (cosine of sentence embeddings; each context's
   user turns are embedded once and reused by all of its questions);
 - **support**: the ``latest_mentions`` most recent user turns, when not already gold (what the user said last),
-  and, for every kept preference, the later preference of the history that supersedes it (below) when it was not
-  picked otherwise, so an instance never shows a stale preference without the statement that replaced it;
-- **outdated**: a kept preference that a later kept preference supersedes, whatever it was picked as;
+  and, for every kept turn, the later turn of the history that supersedes it (below) when it was not picked
+  otherwise, so an instance never shows a stale statement without the statement that replaced it;
+- **outdated**: a kept turn that a later kept turn supersedes, whatever it was picked as;
 - **distractor**: a few user turns of the same history (so of the same persona, and from before the question)
-  about something else: among the turns not kept and unlike every kept one (cosine < ``supersede_threshold``),
+  about something else: among the turns not kept and unlike every kept one (cosine < ``unlike_threshold``),
   the ``2 × max`` least similar to the question form a pool, shuffled with a seed derived from the instance id,
   from which ``randint(*distractors)`` mutually unlike turns are taken (fewer when the history is short).
 
@@ -36,13 +36,17 @@ as "favourite", "fan of", "can't stand", "gone off", "fond of", "rather", "keen 
 when it reports something the user did or went through (a first-person subject near a past-tense event verb, or
 a time marker such as "last weekend", "yesterday", "recently"); else **fact**.
 
-SUPERSEDES (``supersede_edges``): a later kept preference supersedes an earlier kept preference on the same topic,
-where "same topic" means the cosine similarity of their embeddings is ≥ ``supersede_threshold`` (default 0.5).
-Each earlier preference gets at most one edge, from the *first* later preference that matches it, so a topic
-that changes twice reads as a chain F9 → F5 → F1 rather than a clique. Edges always point backwards in time, so
-they can form no cycle. A later restatement of the same taste also fires (the latest statement is the current
-one either way); two unrelated preferences rarely reach 0.5 with MiniLM. ``stats["supersedes_edges"]`` and
-``stats["instances_with_supersedes"]`` count how often it fires.
+Relations (``relation_edges``) come from the memory pipeline's one relation rule (``memstate.memory.relation_rule``,
+version in ``stats["relation_rule"]`` and the manifest), applied to the user turns of the history (one person, the
+user; MiniLM cosine as its same-thing test): a turn that says the user's view changed ("I've gone off spicy food
+lately …") SUPERSEDES the nearest earlier, still current turn about the same thing, and a one-sentence claim
+CONFLICTS_WITH an earlier one it negates. The policy so learns from edges drawn as the memory pipeline serves them.
+Edges point backwards in time and each turn is superseded at most once, so changes read as a chain F9 → F5 → F1.
+Both ends of a SUPERSEDES state a stance: a turn the keyword heuristic calls an ``experience`` becomes a
+``preference`` there (``relation_rule.stance_kinds``). An update stated without a change cue ("I've come to prefer
+paper books") draws no edge: the rule misses it rather than guess (two alike preferences may be a restatement or two
+tastes). ``stats["supersedes_edges"]``, ``stats["conflicts_edges"]`` and ``stats["instances_with_supersedes"]``
+count how often it fires.
 
 Superseded options (``meta["superseded_options"]``, ``superseded_options``): the wrong option letters whose text is
 closer (cosine, same embedder) to an ``outdated`` fact of the instance than to any other fact of it, and at least
@@ -71,7 +75,7 @@ import random
 import re
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -85,6 +89,7 @@ from memstate.data_build.records import (
     SkipLog,
     SourceRead,
 )
+from memstate.memory.relation_rule import RELATION_RULE_VERSION, Said, relate, stance_kinds
 
 from memstate.embedding import load_sentence_transformer
 from memstate.personamem import ContextError, SharedContext, SharedContextFile, remove_speaker_tag
@@ -123,10 +128,10 @@ TASK_BY_QUESTION_TYPE = {
     "generalize_to_new_scenarios": "preference_generalization",
     "generalizing_to_new_scenarios": "preference_generalization",
 }
-SUPERSEDE_THRESHOLD = 0.5
+UNLIKE_THRESHOLD = 0.5  # distractors: a turn this alike (cosine) to a kept one is about the same thing
 # A wrong option nearer an outdated fact than any other fact picks the superseded preference only if it is at least
 # this near (cosine) to it: the "nearer than the current one" test tells old from new on the same topic (the two are
-# >= SUPERSEDE_THRESHOLD apart by construction); the floor drops options about nothing in the facts, whose nearest
+# >= relation_rule.COSINE alike by construction); the floor drops options about nothing in the facts, whose nearest
 # fact is noise. MiniLM scores unrelated sentences about 0-0.2; in the fixtures, options echoing an outdated
 # preference score 0.31-0.67 against it ("the scarier the better!" vs "I love horror films — the scarier the
 # better": 0.31; an option is an assistant's reply, not a user's statement, so it sits below the 0.5 of two user
@@ -209,6 +214,7 @@ class Context:
     texts: list[str]  # cleaned text of each user turn
     kinds: list[str]  # fact_kind of each user turn
     vectors: np.ndarray | None = None  # one row per user turn
+    said: list[Said] = field(default_factory=list)  # each user turn for the relation rule (its cues read once)
 
 
 def fact_kind(text: str) -> str:
@@ -390,6 +396,7 @@ def user_turns(context: SharedContext) -> Context:
         indices=[t.index for t in turns],
         texts=[t.text for t in turns],
         kinds=[fact_kind(t.text) for t in turns],
+        said=[Said(str(t.index), "user", t.index, t.text) for t in turns],
     )
 
 
@@ -424,25 +431,10 @@ def embed(embedder: Embedder, texts: Sequence[str]) -> np.ndarray:
     return vecs[[pos[t] for t in texts]]
 
 
-def supersede_edges(
-    turns: Sequence[int], kinds: Sequence[str], vectors: np.ndarray, threshold: float = SUPERSEDE_THRESHOLD
-) -> list[tuple[int, int]]:
-    """(later, earlier) positions: each earlier preference is superseded by the first later preference whose
-    cosine similarity to it is ≥ ``threshold``. ``turns`` must be increasing, so edges point back in time.
-
-    >>> v = np.array([[1, 0], [0, 1], [0.8, 0.6], [0.6, 0.8]], dtype=np.float32)
-    >>> supersede_edges([1, 5, 9, 12], ["preference", "preference", "preference", "fact"], v)
-    [(2, 0), (2, 1)]
-    """
-    assert all(a < b for a, b in zip(turns, turns[1:], strict=False)), "turns must be increasing"
-    prefs = [i for i, k in enumerate(kinds) if k == "preference"]
-    edges = []
-    for a, i in enumerate(prefs):
-        for j in prefs[a + 1 :]:
-            if float(vectors[i] @ vectors[j]) >= threshold:
-                edges.append((j, i))
-                break
-    return sorted(edges)
+def relation_edges(ctx: Context, cand: Sequence[int]) -> list[tuple[int, str, int]]:
+    """``(later, type, earlier)`` user-turn positions: the one relation rule over the turns ``cand`` (increasing)."""
+    edges = relate([ctx.said[k] for k in cand], ctx.vectors[list(cand)])
+    return [(cand[j], rel, cand[i]) for j, rel, i in edges]
 
 
 def superseded_options(
@@ -485,7 +477,7 @@ def build_instance(
     max_facts: int,
     latest_mentions: int,
     distractors: tuple[int, int],
-    supersede_threshold: float,
+    unlike_threshold: float,
     seed: int,
 ) -> Instance | None:
     """The Instance of one question, or None when its history holds no user turn."""
@@ -501,10 +493,17 @@ def build_instance(
     order = np.lexsort((-np.asarray(cand), -sims))
     gold = {cand[p] for p in order[:max_facts]}
     latest = set(cand[len(cand) - latest_mentions :]) if latest_mentions > 0 else set()
-    kept = sorted(_with_updates(gold | latest, cand, ctx, supersede_threshold))
-    edges = supersede_edges(kept, [ctx.kinds[k] for k in kept], ctx.vectors[kept], supersede_threshold)
-    outdated = {kept[dst] for _, dst in edges}
-    picked = _distractors(row.instance_id, cand, order, kept, ctx.vectors, distractors, supersede_threshold, seed)
+    drawn = relation_edges(ctx, cand)
+    kept = sorted(_with_updates(gold | latest, drawn))
+    edges = [e for e in drawn if {e[0], e[2]} <= set(kept)]
+    outdated = {dst for _, rel, dst in edges if rel == "SUPERSEDES"}
+    picked = _distractors(row.instance_id, cand, order, kept, ctx.vectors, distractors, unlike_threshold, seed)
+    pos = {k: n for n, k in enumerate(kept)}
+    kinds = stance_kinds(
+        [(pos[a], rel, pos[b]) for a, rel, b in edges],
+        [ctx.said[k] for k in kept],
+        {ctx.said[k].ref: ctx.kinds[k] for k in kept},
+    )
 
     roles = {k: "outdated" if k in outdated else "gold" if k in gold else "support" for k in kept}
     roles.update({k: "distractor" for k in picked})
@@ -514,7 +513,7 @@ def build_instance(
         Fact(
             id=fid[k],
             text=ctx.texts[k],
-            kind=ctx.kinds[k],
+            kind=kinds.get(ctx.said[k].ref, ctx.kinds[k]),
             scope="domain",
             turn=ctx.indices[k],
             time=f"turn {ctx.indices[k]}",
@@ -522,7 +521,7 @@ def build_instance(
         )
         for k in positions
     )
-    relations = tuple(Relation(fid[kept[src]], "SUPERSEDES", fid[kept[dst]]) for src, dst in edges)
+    relations = tuple(Relation(fid[src], rel, fid[dst]) for src, rel, dst in edges)
     stale = superseded_options(option_vecs, row.answer, ctx.vectors[positions], [k in outdated for k in positions])
     return Instance(
         id=row.instance_id,
@@ -551,19 +550,17 @@ def build_instance(
     )
 
 
-def _with_updates(kept: set[int], cand: list[int], ctx: Context, threshold: float) -> set[int]:
-    """``kept`` plus, for each kept preference, the later preference of the history that supersedes it (and so
-    on), so an instance never shows a stale preference without the statement that replaced it."""
-    prefs = np.array([k for k in cand if ctx.kinds[k] == "preference"], dtype=np.int64)
+def _with_updates(kept: set[int], edges: Sequence[tuple[int, str, int]]) -> set[int]:
+    """``kept`` plus, for each kept turn, the later turn that supersedes it (and so on), so an instance never shows
+    a stale statement without the statement that replaced it."""
+    by = {dst: src for src, rel, dst in edges if rel == "SUPERSEDES"}
     out = set(kept)
-    todo = [k for k in kept if ctx.kinds[k] == "preference"]
+    todo = list(kept)
     while todo:
-        i = todo.pop()
-        later = prefs[prefs > i]
-        hits = np.flatnonzero(ctx.vectors[later] @ ctx.vectors[i] >= threshold)
-        if hits.size and int(later[hits[0]]) not in out:
-            out.add(int(later[hits[0]]))
-            todo.append(int(later[hits[0]]))
+        nxt = by.get(todo.pop())
+        if nxt is not None and nxt not in out:
+            out.add(nxt)
+            todo.append(nxt)
     return out
 
 
@@ -626,7 +623,7 @@ def read_personamem(
     latest_mentions: int = 2,
     distractors: tuple[int, int] = (2, 4),
     seed: int = 0,
-    supersede_threshold: float = SUPERSEDE_THRESHOLD,
+    unlike_threshold: float = UNLIKE_THRESHOLD,
 ) -> SourceRead:
     """Read one PersonaMem questions CSV and its shared contexts → ``SourceRead`` whose items are Instances.
 
@@ -676,7 +673,7 @@ def read_personamem(
             max_facts=max_facts,
             latest_mentions=latest_mentions,
             distractors=distractors,
-            supersede_threshold=supersede_threshold,
+            unlike_threshold=unlike_threshold,
             seed=seed,
         )
         if inst is None:
@@ -722,8 +719,9 @@ def _count(stats: Counter, inst: Instance, lo: int) -> None:
     stats["facts"] += len(inst.facts)
     stats["distractors"] += roles["distractor"]
     stats["outdated_facts"] += roles["outdated"]
-    stats["supersedes_edges"] += len(inst.relations)
-    stats["instances_with_supersedes"] += bool(inst.relations)
+    stats["supersedes_edges"] += sum(r.type == "SUPERSEDES" for r in inst.relations)
+    stats["conflicts_edges"] += sum(r.type == "CONFLICTS_WITH" for r in inst.relations)
+    stats["instances_with_supersedes"] += any(r.type == "SUPERSEDES" for r in inst.relations)
     stats["instances_short_of_distractors"] += roles["distractor"] < lo
     stats["superseded_options"] += len(inst.meta["superseded_options"])
     stats["instances_with_superseded_options"] += bool(inst.meta["superseded_options"])
@@ -735,7 +733,11 @@ def _count(stats: Counter, inst: Instance, lo: int) -> None:
 
 def _stats(counts: Counter, contexts: dict[str, Context], parsed: int) -> dict:
     """JSON-compatible stats: flat counts plus per-task / question type / fact kind tables."""
-    out: dict[str, Any] = {"contexts_parsed": parsed, "contexts_referenced": len(contexts)}
+    out: dict[str, Any] = {
+        "contexts_parsed": parsed,
+        "contexts_referenced": len(contexts),
+        "relation_rule": RELATION_RULE_VERSION,
+    }
     tables: dict[str, dict[str, int]] = {"tasks": {}, "question_types": {}, "fact_kinds": {}}
     names = {"task": "tasks", "question_type": "question_types", "fact_kind": "fact_kinds"}
     for key in sorted(counts):
@@ -744,7 +746,7 @@ def _stats(counts: Counter, contexts: dict[str, Context], parsed: int) -> dict:
             tables[names[head]][name] = counts[key]
         else:
             out[key] = counts[key]
-    for key in ("instances", "facts", "distractors", "outdated_facts", "supersedes_edges"):
+    for key in ("instances", "facts", "distractors", "outdated_facts", "supersedes_edges", "conflicts_edges"):
         out.setdefault(key, 0)
     out.setdefault("instances_with_supersedes", 0)
     out.setdefault("instances_short_of_distractors", 0)

@@ -33,6 +33,8 @@ from memstate.evaluate.memsyco.run import (
 )
 from memstate.evaluate.stats import paired_difference_ci
 from memstate.memory.backends import backend_names, get_backend
+from memstate.memory.extract import DEFAULT_EXTRACTOR
+from memstate.memory.relation_rule import RELATION_RULE_VERSION
 
 from memstate.errors import ConfigError
 
@@ -120,7 +122,8 @@ def render_markdown(sweep: dict[str, Any]) -> str:
         "# The reasoning-state policy across memory systems (MemSyco-Bench)",
         "",
         f"- policy checkpoint: `{s['checkpoint']}`; responder: `{s['responder_model']}`; judge: `{s['judge_model']}`",
-        f"- data: {', '.join(s['files'])} (at most {s['max_rows'] or 'all'} rows per file); memory: rule extractor, "
+        f"- data: {', '.join(s['files'])} (at most {s['max_rows'] or 'all'} rows per file); memory: "
+        f"{s.get('memory_extractor', 'rule')} extractor (relations {s.get('relation_rule', 'unrecorded')}), "
         f"embedder `{s['memory_embedder']}`, k = {s['memory_k']}",
         "- decisions: " + "; ".join(f"{b}: {d}" for b, d in s["memory_decisions"].items()),
         "- pass rates over the rows judged in both conditions; gain = checkpoint − no_state with a paired bootstrap "
@@ -214,6 +217,8 @@ def run_sweep(config: SweepConfig) -> Path:
             "files": files,
             "max_rows": ev.max_rows,
             "memory_k": ev.memory_k,
+            "memory_extractor": DEFAULT_EXTRACTOR,  # as `memory ingest` (evaluate.memsyco.run.pipeline_instance)
+            "relation_rule": RELATION_RULE_VERSION,
             "memory_embedder": ev.memory_embedder or "all-MiniLM-L6-v2",
             "memory_decisions": decisions,
             "clag_bootstrap_min": ev.clag_bootstrap_min,

@@ -16,6 +16,7 @@ import logging
 import re
 from pathlib import Path
 
+from memstate.memory.extract import DEFAULT_EXTRACTOR, EXTRACTORS
 from tqdm.auto import tqdm
 
 from memstate.errors import ConfigError, InputNotFound
@@ -23,7 +24,6 @@ from memstate.parsing import StageParser
 from memstate.responder_config import ResponderConfig, make_responder
 
 logger = logging.getLogger("memstate.memory")
-EXTRACTORS = ("turns", "rule", "llm")
 
 
 def ingest_parser(prog: str | None = None) -> argparse.ArgumentParser:
@@ -42,7 +42,7 @@ def ingest_parser(prog: str | None = None) -> argparse.ArgumentParser:
     p.add_argument(
         "--extractor",
         choices=EXTRACTORS,
-        default="turns",
+        default=DEFAULT_EXTRACTOR,
         help="turns: every turn of every speaker is a fact, a stated change of view SUPERSEDES the speaker's "
         "earlier statement on it (default); rule: first-person cue sentences of user turns, with "
         "SUPERSEDES/CONFLICTS_WITH; llm: an OpenAI-compatible model.",
@@ -86,12 +86,9 @@ def _store_paths(args: argparse.Namespace, ids: list[str | None]) -> list[Path]:
 
 
 def _extractor(args: argparse.Namespace):
-    from memstate.memory.extract import LLMExtractor, RuleExtractor
-    from memstate.memory.turn_extractor import TurnExtractor
+    from memstate.memory.extract import make_extractor
 
-    if args.extractor == "llm":
-        return LLMExtractor(args.extractor_url, args.extractor_model)
-    return RuleExtractor() if args.extractor == "rule" else TurnExtractor()
+    return make_extractor(args.extractor, args.extractor_url, args.extractor_model)
 
 
 def ingest(args: argparse.Namespace) -> None:

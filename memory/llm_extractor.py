@@ -6,6 +6,11 @@ way, ``ExtractorError`` is raised and nothing of the session is written, so it c
 is not JSON, or JSON that breaks the schema, is retried too; if no attempt gives a valid reply, the proposal comes
 back with ``errors`` and the store rejects the session with those reasons (logged) — one garbled reply never stops
 a long ingest. A valid reply is still checked like any proposal (verbatim quotes, edges, concept tree).
+
+Relations: the model proposes SUPERSEDES / CONFLICTS_WITH by its own reading, not by the one relation rule
+(``memory.relation_rule``) that the rule and turn extractors and the PersonaMem training data follow; they are
+kept as proposed (after the store's checks), so its stores record ``relation_rule`` = ``llm:<prompt version>``,
+and a policy trained on the rule's edges meets edges drawn another way.
 """
 
 from __future__ import annotations
@@ -165,6 +170,8 @@ class LLMExtractor:
 
     A server that fails every attempt, or refuses the request, raises ``ExtractorError`` (nothing is written; the
     ingest stops); replies that never become a valid proposal reject only this session, with the reasons."""
+
+    relation_rule = f"llm:{EXTRACT_PROMPT_VERSION}"  # recorded by the store: not the rule's edges (module docstring)
 
     def __init__(
         self,

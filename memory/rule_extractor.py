@@ -8,18 +8,13 @@
   to…") are skipped, and so is a sentence already stored word for word as a current fact.
 - **Scope**: situation ("today", "right now", "this trip"), task ("for this project"), domain ("at work", "when it
   comes to"), else global.
-- **Topic**: the sentence's content words (stop words and cue words removed, plural "s" stripped). Two facts are
-  on the same topic when they share at least a third of the smaller topic's words and two words at least (one when
-  a topic has only one, or when the later one says the view changed: ``revises``), or (with an ``embedder``) their
-  cosine is ≥ ``threshold``. One shared word alone is chance: on LoCoMo "I'll catch you when I'm in Boston"
-  CONFLICTED_WITH "Can't wait to see more when I'm in Boston!".
-- **Same person**: facts are related only when the same person said both (the turn's speaker, else its role; a
-  stored fact without a speaker is not held against an edge); on LoCoMo a third of the edges joined two speakers.
-- **SUPERSEDES**: a preference or constraint supersedes every earlier, still current preference or constraint on
-  the same topic (earlier in the session or among the stored facts the store passes as context). Chained updates
-  read F9 → F5 → F1.
-- **CONFLICTS_WITH**: a fact, belief or experience conflicts with an earlier one on the same topic when exactly one
-  of the two is negated ("I believe X is Y" / "I don't think X is Y").
+- **Relations**: the one relation rule (``memory.relation_rule``): a sentence saying its speaker's view changed
+  (``revises``) SUPERSEDES the nearest earlier, still current statement of the same person about the same thing
+  (earlier in the session or among the stored facts the store passes as context; chained updates read F9 → F5 →
+  F1), and a one-sentence claim (fact, belief, experience) CONFLICTS_WITH the nearest earlier one of the same person
+  about the same thing when exactly one of the two is negated. ``embedder`` (optional) makes the same-thing test a
+  cosine ≥ ``threshold`` instead of shared topic words (``topic``: the sentence's content words, stop words and cue
+  words removed, plural "s" stripped).
 - **No cap here**: every cue sentence is proposed; a session with more facts than one may commit is split by the
   store (``memory.store``), so none is dropped without a word.
 - **Concepts**: the first two topic words of each fact (four letters or more) name its concepts; unknown names are
@@ -30,9 +25,8 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import replace
 
-import numpy as np
 from memstate.memory.embed import Embedder
 from memstate.memory.records import (
     ConceptEdit,
@@ -85,7 +79,7 @@ _NEGATION = re.compile(
     r"\b(?:not|no|never|don't|doesn't|didn't|isn't|aren't|wasn't|weren't|can't|cannot|won't|no longer|neither|nor|"
     r"hardly|doubt|false|wrong|myth)\b|n't\b"
 )
-# Cues that a statement revises an earlier view of the speaker (``change_score``; see ``memory.revision``).
+# Cues that a statement revises an earlier view of the speaker (``change_score``; see ``memory.relation_rule``).
 _REVISION_STRONG = re.compile(
     r"\b(?:no longer|anymore|changed my mind|change of heart|rethinking|from now on|used to|these days|nowadays|"
     r"(?:i'd|i would)(?: much)? rather|i'm done with|moved away from|shifting gears|"
@@ -167,7 +161,7 @@ def change_score(text: str) -> int:
 
 def revises(text: str) -> bool:
     """Whether a statement says that its speaker's view changed: first person, and cues scoring ``REVISION_SCORE``
-    (why these cues: ``memory.revision``).
+    (why these cues: ``memory.relation_rule``).
 
     >>> revises("I've changed my mind about jazz."), revises("Actually, I went to a jazz club.")
     (True, False)
@@ -212,40 +206,19 @@ def negated(sentence: str) -> bool:
     return bool(_NEGATION.search(_low(sentence)))
 
 
-@dataclass
-class _Seen:
-    ref: str
-    person: str | None
-    kind: str
-    topic: frozenset[str]
-    negated: bool
-    current: bool
-    norm: str
-    vec: np.ndarray | None = None
-
-
-_UPDATABLE = frozenset({"preference", "constraint"})
-_CLAIMS = frozenset({"fact", "belief", "experience"})
-
-
 class RuleExtractor:
-    """See the module docstring. ``embedder`` (optional) adds cosine ≥ ``threshold`` as a same-topic test."""
+    """See the module docstring. ``embedder`` (optional) makes the relation rule's same-thing test a cosine ≥
+    ``threshold``."""
 
-    def __init__(self, embedder: Embedder | None = None, *, threshold: float = 0.6, overlap: float = 1 / 3) -> None:
+    relation_rule = "relations-v1"  # memory.relation_rule.RELATION_RULE_VERSION (imported late: it imports this)
+
+    def __init__(self, embedder: Embedder | None = None, *, threshold: float | None = None) -> None:
         self.embedder = embedder
         self.threshold = threshold
-        self.overlap = overlap
-
-    def _same_topic(self, a: _Seen, b: _Seen, revision: bool = False) -> bool:
-        """``b`` (later; ``revision``: it says a view changed) and ``a`` are one person's words on one topic."""
-        if a.person is not None and b.person is not None and a.person != b.person:
-            return False
-        shared, smaller = len(a.topic & b.topic), min(len(a.topic), len(b.topic))
-        if shared >= (1 if revision else min(2, smaller)) and shared and shared >= self.overlap * smaller:
-            return True
-        return a.vec is not None and b.vec is not None and float(a.vec @ b.vec) >= self.threshold
 
     def propose(self, turns: Sequence[Turn], context: Sequence[StoredFact]) -> Proposal:
+        from memstate.memory.relation_rule import COSINE, Said, needs_vectors, relate, stance_kinds, stored_person
+
         found = [
             (i, s, kind)
             for i, turn in enumerate(turns)
@@ -253,39 +226,31 @@ class RuleExtractor:
             for s in sentences(turn.content)
             if len(s) <= _MAX_SENTENCE_CHARS and (kind := fact_kind(s))
         ]
-        vecs = None
-        if self.embedder is not None and found:
-            vecs = self.embedder.encode([f.text for f in context] + [s for _, s, _ in found])
-        seen = [
-            _Seen(f.id, f.speaker, f.kind, frozenset(topic(f.text)), negated(f.text), f.current, _low(f.text).strip(),
-                  None if vecs is None else vecs[n])
-            for n, f in enumerate(context)
-        ]  # fmt: skip
+        said = [Said(f.id, stored_person(f), -1, f.quote, new=False, kind=f.kind, current=f.current) for f in context]
+        # Said before (a current stored fact, or earlier in this session): nothing new.
+        known_texts = {_low(f.text).strip() for f in context if f.current}
         known = {c for f in context for c in f.concepts}
         facts: list[FactProposal] = []
-        relations: list[RelationProposal] = []
         concepts: list[ConceptEdit] = []
-        for n, (turn, sentence, kind) in enumerate(found):
+        for turn, sentence, kind in found:
             norm = _low(sentence).strip()
-            if any(s.norm == norm and s.current for s in seen):
-                continue  # said before and still holds: nothing new
+            if norm in known_texts:
+                continue
+            known_texts.add(norm)
+            ref = f"n{len(facts) + 1}"
             words = topic(sentence)
-            item = _Seen(f"n{len(facts) + 1}", turns[turn].speaker or turns[turn].role, kind, frozenset(words),
-                         negated(sentence), True, norm, None if vecs is None else vecs[len(context) + n])  # fmt: skip
-            revision = revises(sentence)
-            for prev in seen:
-                if not self._same_topic(prev, item, revision):
-                    continue
-                if kind in _UPDATABLE and prev.kind in _UPDATABLE and prev.current:
-                    relations.append(RelationProposal(item.ref, "SUPERSEDES", prev.ref))
-                    prev.current = False
-                elif kind in _CLAIMS and prev.kind in _CLAIMS and prev.negated != item.negated:
-                    relations.append(RelationProposal(item.ref, "CONFLICTS_WITH", prev.ref))
             names = tuple(w for w in words if len(w) >= 4)[:2]
             for name in names:
                 if name not in known:
                     known.add(name)
                     concepts.append(ConceptEdit("CREATE", name))
-            facts.append(FactProposal(item.ref, sentence, kind, scope_of(sentence), sentence, turn, names))
-            seen.append(item)
-        return Proposal(tuple(facts), tuple(concepts), tuple(relations))
+            facts.append(FactProposal(ref, sentence, kind, scope_of(sentence), sentence, turn, names))
+            said.append(Said(ref, turns[turn].speaker or turns[turn].role, turn, sentence))
+        vecs = None
+        if self.embedder is not None and needs_vectors(said):
+            vecs = self.embedder.encode([s.text for s in said])
+        edges = relate(said, vecs, COSINE if self.threshold is None else self.threshold)
+        kinds = stance_kinds(edges, said, {f.key: f.kind for f in facts})
+        relations = tuple(RelationProposal(said[j].ref, rel, said[i].ref) for j, rel, i in edges)
+        facts = [replace(f, kind=kinds[f.key]) for f in facts]
+        return Proposal(tuple(facts), tuple(concepts), relations)

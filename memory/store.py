@@ -2,8 +2,10 @@
 
 Tables: ``sessions``; ``facts`` (immutable: triggers refuse UPDATE and DELETE); ``fact_vectors`` (one float32
 embedding per fact); ``relations`` between facts (SUPERSEDES / CONFLICTS_WITH, also never rewritten);
-``concepts`` (PARENT_OF through ``parent``) and ``concept_facts`` (CONTAINS); ``meta`` (the embedder's name);
-``schema_version``. Whether a fact still holds is derived from the relations, never written into the fact.
+``concepts`` (PARENT_OF through ``parent``) and ``concept_facts`` (CONTAINS); ``meta`` (the embedder's name, and
+``relation_rule``: the versions of the rules that drew the stored relations, ``memory.relation_rule``, written with
+each committed session); ``schema_version``. Whether a fact still holds is derived from the relations, never
+written into the fact.
 
 Schema versions are additive: version 2 adds CLAG's cluster organisation (``clag_clusters``, ``clag_members``; see
 ``memory.clag``); version 3 adds each fact's ``speaker`` and ``source`` (the id of the turn it was drawn from, e.g.
@@ -372,6 +374,14 @@ class MemoryStore:
         self._db.execute("INSERT INTO meta (key, value) VALUES (?, ?) ON CONFLICT (key) DO UPDATE SET value = ?",
                          (key, value, value))  # fmt: skip
 
+    def _record_relation_rule(self, extractor: Extractor) -> None:
+        """Add the extractor's relation rule version to ``meta.relation_rule`` (comma-separated, in first-use order):
+        a policy served this store's edges can tell how they were drawn."""
+        rule = getattr(extractor, "relation_rule", None) or f"unknown:{type(extractor).__name__}"
+        rules = [r for r in (self.meta_value("relation_rule") or "").split(",") if r]
+        if rule not in rules:
+            self.set_meta_value("relation_rule", ",".join([*rules, rule]))
+
     @contextlib.contextmanager
     def _transaction(self) -> Iterator[None]:
         """``BEGIN IMMEDIATE`` … ``COMMIT``: one writer at a time, all or nothing."""
@@ -454,6 +464,7 @@ class MemoryStore:
                 (sid, time, len(turns), first_turn, type(extractor).__name__, _now()),
             )
             session = int(cur.lastrowid)
+            self._record_relation_rule(extractor)
             new: dict[str, int] = {}
             for f, vec in zip(checked.facts, vecs if vecs is not None else [], strict=True):
                 src = turns[f.turn] if f.turn is not None else None
@@ -587,7 +598,12 @@ class MemoryStore:
         return edits
 
     def _has_session(self, sid: str) -> bool:
-        return self._db.execute("SELECT 1 FROM sessions WHERE id = ?", (sid,)).fetchone() is not None
+        """Whether ``sid`` is stored, whole or in the parts a long session is split into (``SID.p1``, ...)."""
+        parts = f"{sid}.p"
+        row = self._db.execute(
+            "SELECT 1 FROM sessions WHERE id = ? OR substr(id, 1, ?) = ?", (sid, len(parts), parts)
+        ).fetchone()
+        return row is not None
 
     def context(self, turns: Sequence[Turn]) -> list[StoredFact]:
         """The stored facts an extractor sees for a session: for each user turn (every turn if there is none) the

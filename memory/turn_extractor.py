@@ -8,14 +8,12 @@ the content as the verbatim quote. A turn longer than a fact may be is cut at se
 sentence longer still) into consecutive facts, each quoting its own slice. The kind and scope come from the rule
 extractor's cues where a piece has one (``fact`` and ``global`` otherwise). No concepts.
 
-One interpretation only, where the words say it: a piece in which a person says their view changed ("I used to love
-festivals, but these days …") SUPERSEDES the earlier statement of the same person about the same thing (a piece of
-this session or a stored fact in ``context``); ``memory.revision`` has the test and why it is that strict. Both ends
-of such an edge state a stance, so a new piece whose cue kind the store would refuse on a SUPERSEDES (an
-``experience`` narrating where the old view came from, say) is stored as a ``preference``; a stored fact keeps its
-kind and is superseded only when it already is a preference or constraint. ``embedder`` (optional) makes the
-same-thing test a cosine ≥ ``threshold`` instead of shared topic words. No CONFLICTS_WITH: nothing measured says when
-two turns contradict precisely enough.
+Relations come from the one relation rule (``memory.relation_rule``, which has the test and why it is that strict):
+a piece in which a person says their view changed ("I used to love festivals, but these days …") SUPERSEDES the
+earlier statement of the same person about the same thing (a piece of this session or a stored fact in
+``context``), and a one-sentence claim CONFLICTS_WITH an earlier one it negates. A new piece whose cue kind the
+store would refuse on a SUPERSEDES is stored as a ``preference`` (``relation_rule.stance_kinds``). ``embedder``
+(optional) makes the same-thing test a cosine ≥ ``threshold`` instead of shared topic words.
 """
 
 from __future__ import annotations
@@ -26,14 +24,21 @@ from dataclasses import replace
 
 from memstate.memory.embed import Embedder
 from memstate.memory.records import FactProposal, Proposal, RelationProposal, StoredFact, Turn
-from memstate.memory.revision import Said, revises, supersessions
+from memstate.memory.relation_rule import (
+    COSINE,
+    RELATION_RULE_VERSION,
+    Edge,
+    Said,
+    needs_vectors,
+    relate,
+    stance_kinds,
+    stored_person,
+)
 from memstate.memory.rule_extractor import fact_kind, scope_of
-from memstate.memory.validate import MAX_FACT_CHARS, compatible
+from memstate.memory.validate import MAX_FACT_CHARS
 
 _SENTENCE_END = re.compile(r"[.!?]+(?=\s|$)|[.!?]+(?=[A-Z])|\n")
 _MIN_PIECE = 100  # a piece's room when a very long speaker/time label leaves less
-_UPDATABLE = frozenset({"preference", "constraint"})
-_LABEL = re.compile(r"(?P<who>.+?)(?: \(.*\))?: ")
 
 
 def pieces(text: str, limit: int) -> list[str]:
@@ -85,35 +90,18 @@ def person(turn: Turn) -> str | None:
     return (turn.speaker or turn.role) if turn.role == "user" else None
 
 
-def stored_person(fact: StoredFact) -> str | None:
-    """Whose view a stored fact states: its speaker, else the name this extractor's ``label`` put before the quote
-    (the store keeps speakers but not roles); None when neither says, or when it was an assistant's.
-
-    >>> f = StoredFact("m1", "user (turn 3): I love tea", "preference", "global", "I love tea", "s", 3, "turn 3")
-    >>> stored_person(f), stored_person(replace(f, text="I love tea")), stored_person(replace(f, speaker="Ana"))
-    ('user', None, 'Ana')
-    """
-    if fact.speaker:
-        return fact.speaker
-    if not fact.quote or not fact.text.endswith(fact.quote):
-        return None
-    m = _LABEL.fullmatch(fact.text[: len(fact.text) - len(fact.quote)])
-    return m["who"] if m and m["who"] not in ("assistant", "system") else None
-
-
 class TurnExtractor:
     """See the module docstring."""
 
-    def __init__(self, embedder: Embedder | None = None, *, threshold: float = 0.55) -> None:
+    relation_rule = RELATION_RULE_VERSION  # recorded by the store
+
+    def __init__(self, embedder: Embedder | None = None, *, threshold: float = COSINE) -> None:
         self.embedder = embedder
         self.threshold = threshold
 
     def propose(self, turns: Sequence[Turn], context: Sequence[StoredFact]) -> Proposal:
         facts: list[FactProposal] = []
-        said = [
-            Said(f.id, stored_person(f), -1, f.quote, new=False, updatable=f.kind in _UPDATABLE, current=f.current)
-            for f in context
-        ]
+        said = [Said(f.id, stored_person(f), -1, f.quote, new=False, kind=f.kind, current=f.current) for f in context]
         for i, turn in enumerate(turns):
             if turn.role == "system":
                 continue  # instructions to a model, not something a person said
@@ -122,22 +110,15 @@ class TurnExtractor:
                 key = f"n{len(facts) + 1}"
                 kind = fact_kind(piece) or "fact"
                 facts.append(FactProposal(key, prefix + piece, kind, scope_of(piece), piece, i))
-                said.append(Said(key, person(turn), i, piece, new=True))
-        pairs = self._supersessions(said)
-        kinds = {f.key: f.kind for f in facts}
-        relations = []
-        for j, i in pairs:
-            later, earlier = said[j].ref, said[i].ref
-            if not compatible("SUPERSEDES", kinds[later], kinds.get(earlier, "preference")):
-                for ref in (later, earlier):  # both state a stance (see the module docstring)
-                    if ref in kinds and kinds[ref] not in _UPDATABLE:
-                        kinds[ref] = "preference"
-            relations.append(RelationProposal(later, "SUPERSEDES", earlier))
+                said.append(Said(key, person(turn), i, piece))
+        edges = self._relate(said)
+        kinds = stance_kinds(edges, said, {f.key: f.kind for f in facts})
+        relations = tuple(RelationProposal(said[j].ref, rel, said[i].ref) for j, rel, i in edges)
         facts = [replace(f, kind=kinds[f.key]) for f in facts]
-        return Proposal(tuple(facts), relations=tuple(relations))
+        return Proposal(tuple(facts), relations=relations)
 
-    def _supersessions(self, said: list[Said]) -> list[tuple[int, int]]:
-        if not any(s.new and s.person is not None and revises(s.text) for s in said):
+    def _relate(self, said: list[Said]) -> list[Edge]:
+        if not needs_vectors(said):
             return []  # the common case: nothing to compare, nothing to embed
         vecs = self.embedder.encode([s.text for s in said]) if self.embedder is not None else None
-        return supersessions(said, vecs, self.threshold)
+        return relate(said, vecs, self.threshold)

@@ -40,6 +40,9 @@ CHILD = textwrap.dedent(
     def word(n, i):  # a made-up word per fact, so no two facts share a topic unless meant to
         return "".join("bcdfghjklm"[int(c)] for c in f"{n:02d}{i}") + "ux"
 
+    def words(n, i):  # four topic words of fact i alone
+        return " ".join(word(n, i) + end for end in ("", "a", "e", "o"))
+
     def signal_parent(text):  # whole or not at all: the parent reads the file as soon as it exists
         tmp = ready.with_name(ready.name + ".tmp")
         tmp.write_text(text)
@@ -51,8 +54,9 @@ CHILD = textwrap.dedent(
             signal_parent("between")
             time.sleep(120)
         in_flight[0] = n + 1
-        turns = [Turn("user", f"I love {word(n, i)}.") for i in range(per)]
-        turns.append(Turn("user", f"These days I prefer {word(n, 0)} {word(n, 9)}."))  # supersedes fact 0
+        turns = [Turn("user", f"I love {words(n, i)}.") for i in range(per)]
+        # supersedes fact 0: a stated change about the same thing (its 4 topic words, memory/relation_rule.py)
+        turns.append(Turn("user", f"These days I prefer {words(n, 0)} {word(n, 9)}."))
         store.ingest_session(turns, RuleExtractor(), session_id=f"s{n}")
     signal_parent("done")
     """

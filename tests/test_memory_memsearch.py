@@ -114,7 +114,7 @@ class AxisEmbedder:
 @pytest.fixture
 def store(tmp_path):
     with MemoryStore(tmp_path / "ms.db", AxisEmbedder()) as s:
-        ex = RuleExtractor()
+        ex = RuleExtractor(s.embedder)  # the two teas share one topic word: the same thing by cosine (the tea axis)
         for text in ("I love green tea.", "My car is a red Volvo.", "These days I prefer black tea.",
                      "I saw the moon last night.", "My sister lives in Bergen."):  # fmt: skip
             s.ingest_session([Turn("user", text)], ex)

@@ -43,10 +43,16 @@ def user(*texts: str) -> list[Turn]:
 
 def test_later_preference_supersedes_and_traversal_returns_it(store):
     ex = RuleExtractor()
-    first = store.ingest_session(user("I love green tea in the morning."), ex, session_id="s1", time="2024-01-05")
+    # The one relation rule (memory/relation_rule.py): a stated change ("these days") about the same thing (4 shared
+    # topic words: green, tea, honey, morning).
+    first = store.ingest_session(
+        user("I love green tea with honey and lemon in the morning."), ex, session_id="s1", time="2024-01-05"
+    )
     # Filler on other topics, so the old preference is not trivially the only match.
     store.ingest_session(user("I ran a half marathon in Leeds last weekend.", "My cat is called Pepper."), ex)
-    second = store.ingest_session(user("These days I prefer strong black coffee in the morning."), ex, time="2024-06")
+    second = store.ingest_session(
+        user("These days I prefer black coffee over green tea with honey in the morning."), ex, time="2024-06"
+    )
     assert first.status == second.status == "committed"
     (old,), (new,) = first.fact_ids, second.fact_ids
     assert (new, "SUPERSEDES", old) in store.relations()
@@ -55,14 +61,14 @@ def test_later_preference_supersedes_and_traversal_returns_it(store):
     assert facts[new].time == "2024-06" and facts[old].time == "2024-01-05"
 
     # The query matches only the old preference's words; k=1 seeds with it alone.
-    ret = retrieve(store, "green tea", k=1)
+    ret = retrieve(store, "lemon", k=1)
     assert ret.store_ids[0] == old and new in ret.store_ids
     by_store = dict(zip(ret.store_ids, ret.facts, strict=True))
     assert by_store[old].role == "outdated" and by_store[new].role == "gold"
     assert [(r.src, r.type, r.dst) for r in ret.relations] == [(by_store[new].id, "SUPERSEDES", by_store[old].id)]
     assert [f.id for f in ret.facts] == [f"F{i}" for i in range(1, len(ret.facts) + 1)]
 
-    naive = retrieve(store, "green tea", k=1, backend="naive")
+    naive = retrieve(store, "lemon", k=1, backend="naive")
     assert naive.store_ids == (old,) and naive.relations == ()
 
 
@@ -70,17 +76,21 @@ def test_preference_chain_points_backwards(store):
     ex = RuleExtractor()
     ids = [
         store.ingest_session(user(text), ex).fact_ids[0]
-        for text in ("I love spicy food.", "I have gone off spicy food lately.", "I enjoy spicy food again now.")
+        for text in (
+            "I love spicy Thai food with extra chili.",
+            "I no longer enjoy spicy Thai food with extra chili.",
+            "These days I love spicy Thai food with extra chili again.",
+        )
     ]
     assert store.relations() == [(ids[1], "SUPERSEDES", ids[0]), (ids[2], "SUPERSEDES", ids[1])]
-    ret = retrieve(store, "spicy food", k=1)
+    ret = retrieve(store, "spicy Thai food", k=1)
     assert set(ret.store_ids) == set(ids)  # two hops from whichever seed
 
 
 def test_contradicting_belief_conflicts(store):
     ex = RuleExtractor()
-    a = store.ingest_session(user("I believe coffee is bad for your heart."), ex).fact_ids[0]
-    b = store.ingest_session(user("Honestly, I don't think coffee is bad for the heart."), ex).fact_ids[0]
+    a = store.ingest_session(user("I believe strong coffee is bad for your heart health."), ex).fact_ids[0]
+    b = store.ingest_session(user("Honestly, I don't think strong coffee is bad for heart health."), ex).fact_ids[0]
     assert store.relations() == [(b, "CONFLICTS_WITH", a)]
     facts = {f.id: f for f in store.facts()}
     assert facts[a].kind == facts[b].kind == "belief"
@@ -259,7 +269,11 @@ def test_restated_preference_adds_nothing(store):
 
 
 def test_facts_and_relations_are_immutable(store):
-    store.ingest_session(user("I love tea. These days I prefer tea with milk."), RuleExtractor())
+    store.ingest_session(
+        user("I love tea with milk and honey in the morning.",
+             "These days I prefer green tea with milk and honey in the morning."), RuleExtractor()
+    )  # fmt: skip
+    assert store.relations()  # every table below has rows to refuse changing
     db = sqlite3.connect(store.path)
     for sql in (
         "UPDATE facts SET text = 'x'",

@@ -122,13 +122,18 @@ def test_the_scorer_counts_a_wrong_edge_as_wrong(rows):
     assert out["wrong"] == {"current SUPERSEDES unmatched": 1}
 
 
-def test_rule_extractor_keeps_to_one_speaker_and_more_than_one_shared_word():
+def test_rule_extractor_keeps_to_one_speaker_and_needs_the_same_thing():
     boston = [Turn("user", "I'll catch you when I'm in Boston.", speaker="Ana"),
               Turn("user", "I can't wait to see more when I'm in Boston!", speaker="Ana")]  # fmt: skip
     assert RuleExtractor().propose(boston, []).relations == ()
-    tea = [Turn("user", "I love green tea.", speaker="Ana"), Turn("user", "I no longer love green tea.", speaker="Ben")]
+    tea = [Turn("user", "I love green tea with honey and lemon.", speaker="Ana"),
+           Turn("user", "I no longer love green tea with honey and lemon.", speaker="Ben")]  # fmt: skip
     assert RuleExtractor().propose(tea, []).relations == ()
     assert len(RuleExtractor().propose([tea[0], replace(tea[1], speaker="Ana")], []).relations) == 1
+    # two shared topic words (green, tea) are not the same thing by the one relation rule (memory/relation_rule.py)
+    short = [Turn("user", "I love green tea.", speaker="Ana"),
+             Turn("user", "I no longer love green tea.", speaker="Ana")]  # fmt: skip
+    assert RuleExtractor().propose(short, []).relations == ()
 
 
 def test_cli_prints_the_scores_as_json(monkeypatch, capsys):

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 from memstate.data_build.build import build_data, load_data_config
 from memstate.data_build.probe import MARGIN, ShortcutError, run_probes
+from memstate.memory.relation_rule import RELATION_RULE_VERSION
 
 from memstate.schema import Fact, Instance
 
@@ -27,6 +28,7 @@ def test_every_probe_is_within_the_margin_of_the_majority(name, tmp_path):
     written = json.loads((tmp_path / "manifest.json").read_text())
     assert written["shortcut_probes"]["method"].startswith("out-of-fold")
     assert written["config"]["evidence_relations"] == "none" and written["config"]["consistent_share"] == 0.5
+    assert written["relation_rule"] == RELATION_RULE_VERSION  # the rule that drew the relations trained on
 
 
 def test_gold_relations_put_back_fail_the_build_with_the_figures(tmp_path):

@@ -19,8 +19,9 @@ A bad line raises ``MemSycoError`` with ``FILE:LINE: field PATH: reason`` (PATH 
   The items are the benchmark's *gold* memory (its data card: an oracle-style condition); their ``status`` reaches
   only the facts' roles, never their text or kind. ``include_memory=False`` leaves them out (dialogue only).
 - relations between the items come, by default (``relations="pipeline"``), from the memory pipeline's own
-  induction: the items' text, one user turn each in file order, ingested into a fresh in-memory store by the rule
-  extractor (``pipeline_relations``), as at deployment. That extractor reads first-person statements; the items
+  induction: the items' text, one user turn each in file order, ingested into a fresh in-memory store by the
+  default extractor of ``memory ingest`` (``pipeline_relations``), as at deployment. Its relation rule
+  (``memory.relation_rule``) reads first-person statements of a change of view; the items
   are mostly third-person summaries ("Prefers …"), so it draws an edge on few rows (2 of the 350 shared
   valid_memory_selection rows: SUPERSEDES precision 1.0, recall 0.006 against the gold pairs;
   ``relation_agreement``, recorded in every report). ``relations="gold"`` (CLI ``--gold-relations``) makes each

@@ -219,7 +219,7 @@ def _memory_role(status: str, policy: str) -> str:
 
 RELATION_SOURCES = ("pipeline", "gold")
 GOLD_RELATIONS_LABEL = "gold relations (answer key shown)"
-PIPELINE_RELATIONS_LABEL = "memory pipeline (rule extractor over the memory items)"
+PIPELINE_RELATIONS_LABEL = "memory pipeline (default extractor over the memory items)"
 
 
 def gold_relations(row: MemSycoRow) -> tuple[Relation, ...]:
@@ -240,15 +240,17 @@ def pipeline_relations(row: MemSycoRow) -> tuple[Relation, ...]:
     """The edges the memory pipeline draws between the row's memory items, as between facts ``F{i+1}``.
 
     The items' text only (never ``status``) is ingested, one user turn per item in file order, as one session into
-    a fresh in-memory store with the deployment extractor (``RuleExtractor``, as ``run.pipeline_instance``); the
+    a fresh in-memory store with the deployment extractor (``memory.extract.make_extractor()``, as
+    ``run.pipeline_instance`` and ``memory ingest``); the
     store checks and commits the proposal as at deployment. An edge between two facts of one item is dropped. The
     store's vectors play no part: it starts empty, so the extractor sees no stored context."""
-    from memstate.memory import MemoryStore, RuleExtractor, Turn
+    from memstate.memory import MemoryStore, Turn
     from memstate.memory.embed import HashEmbedder
+    from memstate.memory.extract import make_extractor
 
     turns = [Turn("user", item["content"]) for item in row.memory_items]
     with MemoryStore(":memory:", HashEmbedder(64)) as store:
-        store.ingest_session(turns, RuleExtractor(), session_id=row.id)
+        store.ingest_session(turns, make_extractor(), session_id=row.id)
         item_of = {f.id: f.turn for f in store.facts()}  # the first session: a fact's turn is its item's index
         edges = store.relations()
     return tuple(

@@ -74,7 +74,8 @@ class MemSycoEvalConfig(ResponderConfig):
     memory_backend: str | None = field(
         default=None,
         metadata={"help": "A registered memory backend (memstate.memory.backends; built in: evomem, naive, clag, "
-                  "memsearch): facts come from the memory pipeline run over the row's dialogue (rule extractor, one "
+                  "memsearch): facts come from the memory pipeline run over the row's dialogue (ingested as `memory "
+                  "ingest` does: its default extractor, one "
                   "store per row), not from the benchmark's gold memory items."},
     )  # fmt: skip
     memory_k: int = field(default=10, metadata={"help": "Seed facts the memory pipeline retrieves per question."})
@@ -285,17 +286,16 @@ def pipeline_instance(
     row's dialogue (its own SQLite store under ``OUT/stores/``); the gold memory items are not given to it.
     ``meta["memory"]`` records the backend, the stored fact ids and how the backend decided (its trace, abridged).
     ``settings``: the backend's, made once per evaluation (default: ``memory_settings(config)``)."""
-    from memstate.memory import MemoryStore, RuleExtractor, memsyco_sessions, retrieve
+    from memstate.memory import MemoryStore, memsyco_sessions, retrieve
     from memstate.memory.embed import embedder_from_name
+    from memstate.memory.extract import make_extractor
 
     path = out_dir / "stores" / f"{instance.id}.sqlite"
     path.parent.mkdir(parents=True, exist_ok=True)
     settings = memory_settings(config) if settings is None else settings
     embedder = embedder_from_name(config.memory_embedder) if config.memory_embedder else None
     with MemoryStore(path, embedder) as store:
-        extractor = RuleExtractor()
-        for session in memsyco_sessions(row):
-            store.ingest_session(list(session.turns), extractor, session_id=session.id)
+        store.ingest(memsyco_sessions(row), make_extractor())  # as `memory ingest --format memsyco` does
         got = retrieve(store, row.question, k=config.memory_k, backend=config.memory_backend, llm=llm,
                        settings=settings)  # fmt: skip
         n_stored = len(store)
@@ -357,6 +357,8 @@ def evaluate_memsyco(config: MemSycoEvalConfig) -> Path:
     memory_info = None
     if config.memory_backend:
         from memstate.memory.backends import get_backend
+        from memstate.memory.extract import DEFAULT_EXTRACTOR
+        from memstate.memory.relation_rule import RELATION_RULE_VERSION
 
         backend = get_backend(config.memory_backend)  # an unknown name fails here, before any store is built
         settings = memory_settings(config)
@@ -370,7 +372,8 @@ def evaluate_memsyco(config: MemSycoEvalConfig) -> Path:
             "backend": config.memory_backend,
             "k": config.memory_k,
             "embedder": config.memory_embedder or "all-MiniLM-L6-v2",
-            "extractor": "RuleExtractor",
+            "extractor": DEFAULT_EXTRACTOR,
+            "relation_rule": RELATION_RULE_VERSION,
             "llm": llm.describe() if llm is not None else None,
             "decisions": backend.decisions[llm is not None],
             "settings": asdict(settings) if settings is not None else None,
