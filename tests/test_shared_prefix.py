@@ -55,12 +55,20 @@ def trainer(request, tiny_models, tmp_path_factory):
     return make_trainer(tiny_models, tmp_path_factory.mktemp("shared-prefix"), lora=request.param)
 
 
-@pytest.fixture
-def fresh(trainer):
-    """The module's trainer with the path on and the check done, restored after the test."""
+@pytest.fixture(params=["dense", "flex"])
+def fresh(trainer, request):
+    """The module's trainer with the path on (its mask dense, or a FlexAttention block mask) and the check done,
+    restored after the test."""
     trainer.shared_prefix_reason, trainer._logps_checked = None, True
+    trainer.shared_prefix_attention = request.param
     yield trainer
     trainer.shared_prefix_reason, trainer._logps_checked = None, True
+    trainer.shared_prefix_attention = "dense"
+
+
+def leaky(correct):
+    """``attends`` broken: every completion also sees the other completions of its group (dense and flex alike)."""
+    return lambda q, kv, q_segment, kv_segment, kv_valid: correct(q, kv, 0 * q_segment, 0 * kv_segment, kv_valid)
 
 
 def grpo_batch(vocab: int, pad: int, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor, int]:
@@ -103,7 +111,7 @@ def test_logps_and_entropies_equal_trl(fresh, batch_size):
         logps, entropy, _ = fresh._get_per_token_logps_and_entropies(
             fresh.model, input_ids, attention_mask, keep, batch_size, True
         )
-    assert fresh.shared_prefix_active
+    assert fresh.shared_prefix_active and fresh.shared_prefix_mask == fresh.shared_prefix_attention
     scored = attention_mask[:, -keep:].bool()
     assert (logps - ref_logps).abs()[scored].max() <= 1e-5
     assert (entropy - ref_entropy).abs()[scored].max() <= 1e-5
@@ -137,6 +145,9 @@ def test_grpo_loss_gradients_equal_trl(fresh):
         return torch.autograd.grad(fresh._compute_loss(model, inputs), params)
 
     packed = gradients()
+    # torch has no FlexAttention backward on CPU: the gradient pass keeps the dense mask there (the GPU check,
+    # benchmarks/gpu/, compares flex gradients)
+    assert fresh.shared_prefix_mask == "dense"
     fresh.shared_prefix_reason = "stock path for comparison"
     reference = gradients()
     worst = max(((a - b).norm() / b.norm()).item() for a, b in zip(packed, reference, strict=True) if b.norm() > 0)
@@ -144,8 +155,8 @@ def test_grpo_loss_gradients_equal_trl(fresh):
     assert sum(b.norm() > 0 for b in reference) >= len(params) // 2
 
 
-def test_one_prompt_per_group_is_encoded_once(fresh):
-    input_ids, attention_mask, keep = batch(fresh)
+def test_one_prompt_per_group_is_encoded_once(trainer):
+    input_ids, attention_mask, keep = batch(trainer)
     packed = pack_groups(input_ids, attention_mask, keep, pad_token_id=0)
     assert packed.input_ids.shape[0] == len(set(GROUP_OF_ROW))
     scored_ends = attention_mask[:, -keep:].sum(1)
@@ -162,13 +173,27 @@ def test_one_prompt_per_group_is_encoded_once(fresh):
     assert (packed.shift_labels != -100).sum() == attention_mask[:, -keep:].sum()
 
 
+def test_the_block_mask_is_the_dense_pattern_in_a_fraction_of_its_bytes(trainer):
+    from memstate.train.dry_run import mask_memory
+
+    # one group of 4 completions of 100 tokens after a 300-token prompt: 700 tokens, 6 blocks of 128
+    prompt = torch.randint(5, 50, (1, 300)).expand(4, -1)
+    input_ids = torch.cat([prompt, torch.randint(5, 50, (4, 100))], 1)
+    attention_mask, keep = torch.ones_like(input_ids), 100
+    packed = pack_groups(input_ids, attention_mask, keep, pad_token_id=0, multiple=shared_prefix.FLEX_BLOCK)
+    rows, length = packed.input_ids.shape
+    assert length % shared_prefix.FLEX_BLOCK == 0
+    block = packed.block_mask()
+    dense = block.to_dense().bool()  # (rows, 1, blocks, blocks): which blocks the kernel visits
+    blocks = packed.attention_mask.unflatten(2, (-1, 128)).unflatten(4, (-1, 128)).any(dim=(3, 5))
+    assert torch.equal(dense, blocks)  # it visits exactly the blocks the dense pattern touches
+    assert dense.float().mean() < 1  # and skips some
+    nbytes = sum(t.numel() * t.element_size() for t in block.as_tuple() if isinstance(t, torch.Tensor))
+    assert mask_memory(rows, length).endswith(f"flex block mask {nbytes / 2**10:.0f} KiB")
+
+
 def test_broken_mask_is_caught_and_falls_back(fresh, monkeypatch, caplog):
-    correct = shared_prefix.allowed_keys
-
-    def leaky(valid, segment):  # every completion also sees the other completions of its group
-        return correct(valid, torch.zeros_like(segment))
-
-    monkeypatch.setattr(shared_prefix, "allowed_keys", leaky)
+    monkeypatch.setattr(shared_prefix, "attends", leaky(shared_prefix.attends))
     input_ids, attention_mask, keep = batch(fresh)
     fresh._logps_checked = False
     fresh.model.eval()
@@ -284,8 +309,7 @@ def test_a_chunk_it_cannot_pack_goes_to_trl_alone(fresh, caplog):
 def test_a_run_that_must_not_fall_back_stops_with_the_fix(fresh, monkeypatch):
     """shared_prefix_on_failure: fail (production): TRL's path would need G x the prompt activations per micro-batch,
     so a failed first-use check stops the run, naming the fix, instead of running out of memory later."""
-    correct = shared_prefix.allowed_keys
-    monkeypatch.setattr(shared_prefix, "allowed_keys", lambda valid, segment: correct(valid, torch.zeros_like(segment)))
+    monkeypatch.setattr(shared_prefix, "attends", leaky(shared_prefix.attends))
     monkeypatch.setattr(fresh, "shared_prefix_on_failure", "fail")
     input_ids, attention_mask, keep = batch(fresh)
     fresh._logps_checked = False

@@ -34,6 +34,8 @@ def test_dry_run_of_the_production_config_prints_its_arithmetic(tiny_models, fev
     assert report["vllm_gpu_memory_utilization"] == "0.3" and report["vllm_enable_sleep_mode"] == "True"
     # KV cache of the tiny stand-in: 2 layers x 1 KV head x head_dim 64 x (K, V) x 2 bytes = 0.5 KiB a token
     assert report["kv_cache_kib_per_token"] == "0.5" and float(report["kv_cache_mib_per_sequence_at_context"]) == 4.2
+    # The shared-prefix mask at the data's median prompt: dense bytes vs a FlexAttention block mask's
+    assert re.fullmatch(r"dense: dense [\d.]+ MiB, flex block mask \d+ KiB", report["shared_prefix_attention"])
     # Validation: the fixture's 18 validation instances (below the config's 512) x 4 states, answer flow doubling it
     assert report["validation"].startswith("18 validation instances x 4 states every 50 steps")
     assert report["validation_responder_prompts"].startswith("144 per evaluation")

@@ -178,6 +178,16 @@ class MemstateTrainArguments:
             "(flash_attention_*, flex_attention), sliding-window models, multimodal inputs and MoE aux loss."
         },
     )
+    shared_prefix_attention: Literal["dense", "flex"] = field(
+        default="dense",
+        metadata={
+            "help": "How shared-prefix training gives attention its pattern: 'dense', an (L x L) boolean mask per "
+            "packed row for the model's sdpa / eager kernel; 'flex', a FlexAttention BlockMask (the packed forward "
+            "runs flex attention whatever the model was loaded with), which skips the masked blocks and costs "
+            "kilobytes instead of L² bytes per row (compiled on first use). Experimental: the first-use check "
+            "covers it; measured in benchmarks/bench_train_step.py."
+        },
+    )
     shared_prefix_check: Literal["off", "logps", "gradients"] = field(
         default="logps",
         metadata={

@@ -398,6 +398,7 @@ def train(
                 check=script_args.shared_prefix_check,
                 check_tolerance=script_args.shared_prefix_check_tolerance,
                 on_failure=script_args.shared_prefix_on_failure,
+                attention=script_args.shared_prefix_attention,
             )
         else:
             trainer = GRPOTrainer(**trainer_kwargs)

@@ -23,6 +23,7 @@ layers, attention kernels that take no 4-D mask).
 from __future__ import annotations
 
 import logging
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Literal
 
@@ -40,6 +41,10 @@ MASKED_ATTENTION = ("sdpa", "eager")
 # stock path only by summation order; 16-bit activations round differently when the prompt is encoded once.
 CHECK_TOLERANCE = {torch.float32: 1e-4, torch.bfloat16: 2e-2, torch.float16: 1e-2}
 CheckMode = Literal["off", "logps", "gradients"]
+# How the packed rows' attention pattern reaches the kernel: a dense (L x L) boolean mask for SDPA / eager, or a
+# FlexAttention BlockMask (per 128 x 128 block: empty, full or partial) that lets the kernel skip the empty blocks.
+Attention = Literal["dense", "flex"]
+FLEX_BLOCK = 128
 
 
 class Unsupported(Exception):
@@ -51,7 +56,8 @@ class PackedGroups:
     """A chunk of ``(prompt, completion)`` rows packed as one row per distinct prompt."""
 
     input_ids: torch.Tensor  # (rows, L)
-    attention_mask: torch.Tensor  # (rows, 1, L, L) bool, True = may attend
+    segment: torch.Tensor  # (rows, L): 0 the shared prompt, n + 1 the completion of stock row n, -1 padding
+    valid: torch.Tensor  # (rows, L) bool: a real token (keys that are not are never attended)
     position_ids: torch.Tensor  # (rows, L)
     shift_labels: torch.Tensor  # (rows, L): the token each position predicts, -100 where none
     source: torch.Tensor  # flat indices into (rows·L) of each scored completion token ...
@@ -63,6 +69,25 @@ class PackedGroups:
         """Token positions the packed forward processes (row padding included)."""
         return self.input_ids.numel()
 
+    @property
+    def attention_mask(self) -> torch.Tensor:
+        """The dense mask for SDPA / eager attention: (rows, 1, L, L) bool, True = may attend."""
+        return allowed_keys(self.valid, self.segment)
+
+    def block_mask(self):
+        """The same pattern as a FlexAttention ``BlockMask``: per (row, 128 x 128 block) whether it is empty, full
+        or partial, so the kernel skips empty blocks (a prompt's upper triangle, a completion's view of its
+        siblings) and the mask costs kilobytes instead of L² bytes per row."""
+        from torch.nn.attention.flex_attention import create_block_mask
+
+        segment, valid = self.segment, self.valid
+
+        def mask_mod(b, h, q, kv):
+            return attends(q, kv, segment[b, q], segment[b, kv], valid[b, kv])
+
+        rows, length = segment.shape
+        return create_block_mask(mask_mod, rows, None, length, length, device=segment.device, _compile=True)
+
     def unpack(self, per_token: torch.Tensor) -> torch.Tensor:
         """Packed (rows, L) per-token values → the stock (B, T) layout, zeros where no completion token is scored.
         Stays connected to the graph even when nothing is scored (an all-masked micro-batch still back-propagates)."""
@@ -73,10 +98,21 @@ class PackedGroups:
         return out.view(self.batch_shape)
 
 
+def attends(q, kv, q_segment, kv_segment, kv_valid):
+    """The packed attention pattern, elementwise (tensors that broadcast; FlexAttention's ``mask_mod`` calls it on
+    scalars): query ``q`` sees key ``kv`` iff the key is a real token, comes no later than ``q``, and is in the shared
+    prompt (segment 0) or in ``q``'s own segment. Every position also sees itself, so padding queries have a key
+    and attention yields no NaN (their outputs are never scored).
+
+    >>> t = torch.tensor
+    >>> [bool(attends(t(3), t(k), t(2), t(s), t(True))) for k, s in [(0, 0), (2, 1), (3, 2), (4, 2)]]
+    [True, False, True, False]
+    """
+    return ((kv <= q) & kv_valid & ((kv_segment == 0) | (kv_segment == q_segment))) | (q == kv)
+
+
 def allowed_keys(valid: torch.Tensor, segment: torch.Tensor) -> torch.Tensor:
-    """The packed attention pattern: query q sees key k iff k is a real token, k comes no later than q, and k is in
-    the shared prompt (segment 0) or in q's own segment. Every position also sees itself, so padding queries have a
-    key and SDPA yields no NaN (their outputs are never scored).
+    """``attends`` for every (query, key) pair of each packed row: the dense (rows, 1, L, L) mask.
 
     >>> valid = torch.tensor([[True, True, True, True, True]])
     >>> segment = torch.tensor([[0, 0, 1, 1, 2]])  # prompt of two, a completion of two, one of one
@@ -87,12 +123,8 @@ def allowed_keys(valid: torch.Tensor, segment: torch.Tensor) -> torch.Tensor:
             [1, 1, 1, 1, 0],
             [1, 1, 0, 0, 1]], dtype=torch.int32)
     """
-    length = valid.size(1)
-    index = torch.arange(length, device=valid.device)
-    causal = index[None, :] <= index[:, None]
-    same_or_prompt = (segment[:, None, :] == 0) | (segment[:, None, :] == segment[:, :, None])
-    allowed = valid[:, None, :] & causal[None] & same_or_prompt
-    return (allowed | torch.eye(length, dtype=torch.bool, device=valid.device)[None])[:, None]
+    index = torch.arange(valid.size(1), device=valid.device)
+    return attends(index[:, None], index[None, :], segment[:, :, None], segment[:, None, :], valid[:, None, :])[:, None]
 
 
 def prompt_groups(prompt_ids: torch.Tensor, prompt_mask: torch.Tensor) -> list[int]:
@@ -107,14 +139,15 @@ def prompt_groups(prompt_ids: torch.Tensor, prompt_mask: torch.Tensor) -> list[i
 
 
 def pack_groups(
-    input_ids: torch.Tensor, attention_mask: torch.Tensor, logits_to_keep: int, pad_token_id: int
+    input_ids: torch.Tensor, attention_mask: torch.Tensor, logits_to_keep: int, pad_token_id: int, multiple: int = 1
 ) -> PackedGroups:
     """Pack TRL's ``cat(prompt_ids, completion_ids)`` rows (prompts left-padded, completions right-padded, the
     last ``logits_to_keep`` columns being the completion) as one row per distinct prompt.
 
     Positions are the stock layout's column indices (transformers' default without ``position_ids``), so RoPE sees
     the same angles as in TRL's forward. A completion's segment is as long as its last scored token: trailing
-    padding is not encoded.
+    padding is not encoded. Rows are padded to a ``multiple`` of tokens (FlexAttention's block size: lengths then
+    come in buckets, and a new length compiles nothing new).
     """
     batch, width = input_ids.shape
     prompt_len = width - logits_to_keep
@@ -131,6 +164,7 @@ def pack_groups(
     lengths = scored.max(dim=1).values.tolist()  # a segment ends at its completion's last scored token
     members = list(groups.values())
     length = max(1, *(prefix + sum(lengths[r] for r in rows) for rows in members))
+    length = -(-length // multiple) * multiple
 
     device = input_ids.device
     ids = torch.full((len(members), length), pad_token_id, dtype=input_ids.dtype, device=device)
@@ -163,7 +197,8 @@ def pack_groups(
     empty = torch.zeros(0, dtype=torch.long, device=device)
     return PackedGroups(
         input_ids=ids,
-        attention_mask=allowed_keys(valid, segment),
+        segment=segment,
+        valid=valid,
         position_ids=positions,
         shift_labels=labels,
         source=torch.cat(source) if source else empty,
@@ -219,15 +254,18 @@ class SharedPrefixGRPOTrainer(GRPOTrainer):
         check: CheckMode = "logps",
         check_tolerance: float | None = None,
         on_failure: Literal["fallback", "fail"] = "fallback",
+        attention: Attention = "dense",
         **kwargs,
     ):
         super().__init__(*args, **kwargs)
+        self.shared_prefix_attention = attention
+        self.shared_prefix_mask: str | None = None
         self.shared_prefix_tolerance = check_tolerance
         self.shared_prefix_on_failure = on_failure
         self.shared_prefix_reason = None
         self._logps_checked = check == "off"
         self._gradients_checked = check != "gradients"
-        reason = unsupported_model_reason(self.accelerator.unwrap_model(self.model))
+        reason = unsupported_model_reason(self.accelerator.unwrap_model(self.model), attention)
         if reason:
             self.disable_shared_prefix(reason)
 
@@ -299,13 +337,25 @@ class SharedPrefixGRPOTrainer(GRPOTrainer):
         return torch.cat(logps), (torch.cat(entropies) if compute_entropy else None), None
 
     def shared_prefix_logps(self, model, input_ids, attention_mask, logits_to_keep, compute_entropy):
-        packed = pack_groups(input_ids, attention_mask, logits_to_keep, self._tokenizer.pad_token_id)
-        mask = packed.attention_mask
-        if attention_implementation(self.accelerator.unwrap_model(model)) == "eager":
-            # eager attention adds the mask to the scores: 0 where allowed, the dtype's minimum elsewhere
-            dtype = next(model.parameters()).dtype
-            mask = torch.zeros(mask.shape, dtype=dtype, device=mask.device).masked_fill(~mask, torch.finfo(dtype).min)
-        with self.accelerator.autocast():
+        # torch has no FlexAttention backward on CPU: there the gradient pass keeps the dense mask, and the old-policy
+        # and reference forwards (no gradient) take the block mask.
+        on_cpu = input_ids.device.type == "cpu"
+        flex = self.shared_prefix_attention == "flex" and not (on_cpu and torch.is_grad_enabled())
+        self.shared_prefix_mask = "flex" if flex else "dense"  # what the last packed forward used
+        packed = pack_groups(input_ids, attention_mask, logits_to_keep, self._tokenizer.pad_token_id,
+                             FLEX_BLOCK if flex else 1)  # fmt: skip
+        bare = self.accelerator.unwrap_model(model)
+        if flex:
+            mask = packed.block_mask()
+        else:
+            mask = packed.attention_mask
+            if attention_implementation(bare) == "eager":
+                # eager attention adds the mask to the scores: 0 where allowed, the dtype's minimum elsewhere
+                dtype = next(model.parameters()).dtype
+                mask = torch.zeros(mask.shape, dtype=dtype, device=mask.device).masked_fill(
+                    ~mask, torch.finfo(dtype).min
+                )
+        with self.accelerator.autocast(), attention_as(bare, "flex_attention" if flex else None):
             outputs = model(
                 input_ids=packed.input_ids,
                 attention_mask=mask,
@@ -386,10 +436,40 @@ def attention_implementation(model) -> str:
     return getattr(model.config, "_attn_implementation", None) or "eager"
 
 
-def unsupported_model_reason(model) -> str | None:
+@contextmanager
+def attention_as(model, implementation: str | None):
+    """Run the model's attention layers with ``implementation`` for the packed forward only (transformers reads
+    ``config._attn_implementation`` at every layer call), whatever the model was loaded with; None: unchanged."""
+    if implementation is None:
+        yield
+        return
+    config = model.config
+    loaded = config._attn_implementation
+    config._attn_implementation = implementation
+    try:
+        yield
+    finally:
+        config._attn_implementation = loaded
+
+
+def flex_unavailable() -> str | None:
+    """Why FlexAttention cannot run here (torch without it), or None."""
+    try:
+        from torch.nn.attention.flex_attention import create_block_mask  # noqa: F401
+    except ImportError as e:
+        return f"torch {torch.__version__} has no FlexAttention ({e})"
+    return None
+
+
+def unsupported_model_reason(model, attention: Attention = "dense") -> str | None:
     """Why the packed path cannot run on this model, or None."""
     implementation = attention_implementation(model)
-    if implementation not in MASKED_ATTENTION:
+    if attention == "flex":
+        # the packed forward switches the layers to flex attention itself, whatever the model was loaded with
+        reason = flex_unavailable()
+        if reason:
+            return reason
+    elif implementation not in MASKED_ATTENTION:
         return f"attention implementation {implementation!r} takes no custom 4-D mask (supported: sdpa, eager)"
     text = model.config.get_text_config()
     if "sliding_attention" in (getattr(text, "layer_types", None) or []):
