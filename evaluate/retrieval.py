@@ -47,6 +47,7 @@ import numpy as np
 from memstate.evaluate.stats import mean_ci, paired_difference_ci
 from memstate.memory.backends import backend_names, get_backend
 from memstate.memory.cli import EXTRACTORS, store_name
+from memstate.memory.extract import DEFAULT_EXTRACTOR, make_extractor
 from memstate.memory.locomo import LocomoSample, read_locomo
 from memstate.memory.store import match_query
 from tqdm import tqdm
@@ -150,20 +151,6 @@ def select_questions(samples: Sequence[LocomoSample], categories: Sequence[int])
             else:
                 out.append(Question(sample.id, i, qa.question, qa.category, qa.evidence))
     return out, skipped
-
-
-def make_extractor(name: str, url: str | None = None, model: str | None = None):
-    """The extractor ``memstate memory ingest --extractor NAME`` uses."""
-    from memstate.memory.extract import LLMExtractor, RuleExtractor
-    from memstate.memory.turn_extractor import TurnExtractor
-
-    if name not in EXTRACTORS:
-        raise ConfigError(f"unknown extractor {name!r}; known: {', '.join(EXTRACTORS)}")
-    if name == "llm":
-        if not url or not model:
-            raise ConfigError("--extractor llm needs --extractor-url and --extractor-model")
-        return LLMExtractor(url, model)
-    return RuleExtractor() if name == "rule" else TurnExtractor()
 
 
 def _check_store_settings(store_dir: Path, settings: dict[str, Any]) -> None:
@@ -570,7 +557,7 @@ def make_parser(prog: str | None = None) -> argparse.ArgumentParser:
     p.add_argument("--k", nargs="+", type=int, default=[5, 10, 20], help="Facts asked of each backend.")
     p.add_argument("--categories", nargs="+", type=int, default=[1, 2, 3, 4],
                    help="LoCoMo question categories (5: adversarial, unanswerable).")  # fmt: skip
-    p.add_argument("--extractor", choices=EXTRACTORS, default="turns", help="As in `memstate memory ingest`.")
+    p.add_argument("--extractor", choices=EXTRACTORS, default=DEFAULT_EXTRACTOR, help="As in `memstate memory ingest`.")
     p.add_argument("--extractor-url", "--extractor_url", help="OpenAI-compatible endpoint of the LLM extractor.")
     p.add_argument("--extractor-model", "--extractor_model", help="Model name of the LLM extractor.")
     p.add_argument("--embedder", help="Embedder of new stores: hash-N, a sentence-transformers path or hub id "
