@@ -10,8 +10,9 @@ from pathlib import Path
 import pytest
 import torch
 from datasets import Dataset
-from memstate.train import shared_prefix
-from memstate.train.shared_prefix import SharedPrefixGRPOTrainer, pack_groups, unsupported_model_reason
+from memstate.train import packing, shared_prefix
+from memstate.train.packing import pack_groups
+from memstate.train.shared_prefix import SharedPrefixGRPOTrainer, unsupported_model_reason
 from peft import LoraConfig
 from transformers import AutoConfig, AutoTokenizer
 from trl import GRPOConfig
@@ -180,9 +181,9 @@ def test_the_block_mask_is_the_dense_pattern_in_a_fraction_of_its_bytes(trainer)
     prompt = torch.randint(5, 50, (1, 300)).expand(4, -1)
     input_ids = torch.cat([prompt, torch.randint(5, 50, (4, 100))], 1)
     attention_mask, keep = torch.ones_like(input_ids), 100
-    packed = pack_groups(input_ids, attention_mask, keep, pad_token_id=0, multiple=shared_prefix.FLEX_BLOCK)
+    packed = pack_groups(input_ids, attention_mask, keep, pad_token_id=0, multiple=packing.FLEX_BLOCK)
     rows, length = packed.input_ids.shape
-    assert length % shared_prefix.FLEX_BLOCK == 0
+    assert length % packing.FLEX_BLOCK == 0
     block = packed.block_mask()
     dense = block.to_dense().bool()  # (rows, 1, blocks, blocks): which blocks the kernel visits
     blocks = packed.attention_mask.unflatten(2, (-1, 128)).unflatten(4, (-1, 128)).any(dim=(3, 5))
@@ -193,7 +194,7 @@ def test_the_block_mask_is_the_dense_pattern_in_a_fraction_of_its_bytes(trainer)
 
 
 def test_broken_mask_is_caught_and_falls_back(fresh, monkeypatch, caplog):
-    monkeypatch.setattr(shared_prefix, "attends", leaky(shared_prefix.attends))
+    monkeypatch.setattr(packing, "attends", leaky(packing.attends))
     input_ids, attention_mask, keep = batch(fresh)
     fresh._logps_checked = False
     fresh.model.eval()
@@ -309,7 +310,7 @@ def test_a_chunk_it_cannot_pack_goes_to_trl_alone(fresh, caplog):
 def test_a_run_that_must_not_fall_back_stops_with_the_fix(fresh, monkeypatch):
     """shared_prefix_on_failure: fail (production): TRL's path would need G x the prompt activations per micro-batch,
     so a failed first-use check stops the run, naming the fix, instead of running out of memory later."""
-    monkeypatch.setattr(shared_prefix, "attends", leaky(shared_prefix.attends))
+    monkeypatch.setattr(packing, "attends", leaky(packing.attends))
     monkeypatch.setattr(fresh, "shared_prefix_on_failure", "fail")
     input_ids, attention_mask, keep = batch(fresh)
     fresh._logps_checked = False

@@ -1,0 +1,193 @@
+"""One prepared GPU check of shared-prefix training (issue 42): does the packed path agree with TRL's layout, and how
+much faster and leaner is its training pass, on one GPU, at production lengths?
+
+A random-init model of Qwen3-4B's architecture in bf16 (no weights to download), activation checkpointing on, G = 8
+completions of R = 256 tokens after one P-token prompt, P in {2048, 8192}. The policy's training pass (forward and
+backward of a weighted sum of the completion tokens' log-probs: what GRPO's loss costs) along each path:
+
+- ``stock``: TRL's layout, G rows of P + R tokens, the model's own kernel (``stock_sdpa``; ``stock_flash`` too where
+  flash-attn is installed);
+- ``dense``: one packed row of P + G·R tokens (``memstate.train.packing``) with the dense (L x L) mask, sdpa;
+- ``flex``: the same row with a FlexAttention block mask.
+
+Each: seconds per pass (median of ``--repeats`` after a warm-up), peak GPU memory, the mask's bytes, and for
+dense and flex the mean and max |Δ log-prob| against stock (without gradients, bf16). JSON to
+``benchmarks/results/shared_prefix_gpu.json`` with the GPU's name. ``--dry-run``: a tiny model and lengths on CPU in
+fp32 (the test suite runs it; torch has no FlexAttention backward on CPU, so there flex times its forward only).
+
+On the device machine (torch, transformers, accelerate, peft; TRL is not needed):
+
+    pip install --no-deps --no-build-isolation -e . && python benchmarks/gpu/shared_prefix_check.py
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+from memstate.train.packing import FLEX_BLOCK, attention_as, pack_groups
+from transformers import Qwen3Config, Qwen3ForCausalLM
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from results_io import report  # noqa: E402
+
+# Qwen/Qwen3-4B-Instruct-2507's config.json (architecture only; weights random).
+QWEN3_4B = dict(
+    hidden_size=2560, intermediate_size=9728, num_hidden_layers=36, num_attention_heads=32, num_key_value_heads=8,
+    head_dim=128, vocab_size=151936, rope_theta=5_000_000.0, rms_norm_eps=1e-6, tie_word_embeddings=True,
+    max_position_embeddings=32768,
+)  # fmt: skip
+TINY = dict(
+    hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+    head_dim=16, vocab_size=512, tie_word_embeddings=True, max_position_embeddings=4096,
+)  # fmt: skip
+
+
+def completion_logps(model, hidden: torch.Tensor, rows: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """Log-probs of ``labels`` from the hidden states at flat positions ``rows`` (the LM head on those only)."""
+    logits = model.lm_head(hidden.reshape(-1, hidden.size(-1))[rows]).float()
+    return torch.log_softmax(logits, -1).gather(-1, labels[:, None]).squeeze(-1)
+
+
+def stock_logps(model, input_ids, completion_len: int, implementation: str) -> torch.Tensor:
+    """TRL's layout: every row its own copy of the prompt; (G, R) log-probs."""
+    group, width = input_ids.shape
+    with attention_as(model, implementation):
+        hidden = model.model(input_ids=input_ids, attention_mask=torch.ones_like(input_ids)).last_hidden_state
+    positions = torch.arange(width - completion_len - 1, width - 1, device=input_ids.device)
+    rows = (torch.arange(group, device=input_ids.device)[:, None] * width + positions).reshape(-1)
+    return completion_logps(model, hidden, rows, input_ids[:, -completion_len:].reshape(-1)).view(group, -1)
+
+
+def packed_logps(model, input_ids, completion_len: int, flex: bool) -> tuple[torch.Tensor, int]:
+    """The shared-prefix layout: (G, R) log-probs, and the mask's bytes."""
+    attention_mask = torch.ones_like(input_ids)
+    packed = pack_groups(input_ids, attention_mask, completion_len, 0, FLEX_BLOCK if flex else 1)
+    if flex:
+        mask = packed.block_mask()
+        nbytes = sum(t.numel() * t.element_size() for t in mask.as_tuple() if isinstance(t, torch.Tensor))
+    else:
+        mask = packed.attention_mask
+        nbytes = mask.numel() * mask.element_size()
+    with attention_as(model, "flex_attention" if flex else "sdpa"):
+        hidden = model.model(input_ids=packed.input_ids, attention_mask=mask, position_ids=packed.position_ids)
+    labels = packed.shift_labels.reshape(-1)[packed.source]
+    logps = completion_logps(model, hidden.last_hidden_state, packed.source, labels)
+    out = logps.new_zeros(packed.batch_shape[0] * packed.batch_shape[1]).scatter(0, packed.target, logps)
+    return out.view(packed.batch_shape), nbytes
+
+
+def measure(run, repeats: int, device: torch.device) -> dict:
+    """Seconds (median) and peak memory of ``run()``, after a warm-up that also compiles what needs compiling."""
+    cuda = device.type == "cuda"
+    if cuda:
+        torch.cuda.synchronize()
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats()
+    run()
+    seconds = []
+    for _ in range(repeats):
+        if cuda:
+            torch.cuda.synchronize()
+        start = time.perf_counter()
+        run()
+        if cuda:
+            torch.cuda.synchronize()
+        seconds.append(time.perf_counter() - start)
+    peak = torch.cuda.max_memory_allocated() / 2**20 if cuda else None
+    return {"seconds": round(statistics.median(seconds), 4), "peak_mib": None if peak is None else round(peak, 1)}
+
+
+def check_setting(model, prompt_len: int, completion_len: int, group: int, repeats: int, device) -> dict:
+    torch.manual_seed(0)
+    vocab = model.config.vocab_size
+    prompt = torch.randint(5, vocab, (1, prompt_len), device=device).expand(group, -1)
+    input_ids = torch.cat([prompt, torch.randint(5, vocab, (group, completion_len), device=device)], 1)
+    weights = torch.randn(group, completion_len, device=device)  # a linear loss of the log-probs, as GRPO's is
+    backward_flex = device.type != "cpu"  # torch has no FlexAttention backward on CPU
+
+    stock_paths = {"stock_sdpa": "sdpa"}
+    if device.type == "cuda" and importlib.util.find_spec("flash_attn") is not None:
+        stock_paths["stock_flash"] = "flash_attention_2"
+    paths: dict[str, dict] = {}
+    with torch.no_grad():
+        reference = stock_logps(model, input_ids, completion_len, "sdpa")
+        for name, flex in (("dense", False), ("flex", True)):
+            logps, nbytes = packed_logps(model, input_ids, completion_len, flex)
+            diff = (logps - reference).abs()
+            paths[name] = {"mask_bytes": nbytes, "logp_mean_abs_diff": diff.mean().item(),
+                           "logp_max_abs_diff": diff.max().item()}  # fmt: skip
+
+    def training_pass(logps_of, backward: bool = True):
+        def run():
+            if not backward:
+                with torch.no_grad():
+                    logps_of()
+                return
+            (logps_of() * weights).sum().backward()
+            model.zero_grad(set_to_none=True)
+
+        return run
+
+    for name, implementation in stock_paths.items():
+        run = training_pass(lambda implementation=implementation: stock_logps(model, input_ids, completion_len,
+                                                                            implementation))  # fmt: skip
+        paths[name] = {"mask_bytes": 0, **measure(run, repeats, device)}
+    for name, flex in (("dense", False), ("flex", True)):
+        backward = backward_flex or not flex
+        run = training_pass(lambda flex=flex: packed_logps(model, input_ids, completion_len, flex)[0], backward)
+        paths[name] |= {**measure(run, repeats, device), "pass": "forward+backward" if backward else "forward"}
+    stock = paths["stock_sdpa"]
+    # ratios only between passes of the same kind (a forward-only flex pass on CPU has none)
+    same = [name for name in ("dense", "flex") if paths[name]["pass"] == "forward+backward"]
+    ratios = {f"time_ratio_{n}": round(stock["seconds"] / paths[n]["seconds"], 2) for n in same}
+    if stock["peak_mib"]:
+        ratios |= {f"memory_ratio_{n}": round(stock["peak_mib"] / paths[n]["peak_mib"], 2) for n in same}
+    return {"prompt_tokens": prompt_len, "completion_tokens": completion_len, "group_size": group, **ratios,
+            "paths": paths}  # fmt: skip
+
+
+def main(argv: list[str] | None = None) -> dict:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--dry-run", action="store_true", help="Tiny model and lengths on CPU (fp32).")
+    parser.add_argument("--prompt-tokens", type=int, nargs="+", default=[2048, 8192])
+    parser.add_argument("--completion-tokens", type=int, default=256)
+    parser.add_argument("--group-size", type=int, default=8)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--out", default="benchmarks/results/shared_prefix_gpu.json")
+    args = parser.parse_args(argv)
+    if args.dry_run:
+        device, dtype, model_config = torch.device("cpu"), torch.float32, TINY
+        args.prompt_tokens, args.completion_tokens, args.group_size, args.repeats = [200], 40, 4, 1
+    else:
+        if not torch.cuda.is_available():
+            parser.error("no GPU here: run with --dry-run on CPU")
+        device, dtype, model_config = torch.device("cuda"), torch.bfloat16, QWEN3_4B
+    torch.manual_seed(0)
+    config = Qwen3Config(**model_config, attn_implementation="sdpa")
+    model = Qwen3ForCausalLM(config).to(device=device, dtype=dtype)
+    model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    model.train()
+    settings = [
+        check_setting(model, p, args.completion_tokens, args.group_size, args.repeats, device)
+        for p in args.prompt_tokens
+    ]
+    results = {
+        "device": torch.cuda.get_device_name() if device.type == "cuda" else "cpu (dry run)",
+        "torch": torch.__version__,
+        "dtype": str(dtype).removeprefix("torch."),
+        "model": "Qwen3-4B architecture, random init" if not args.dry_run else "tiny Qwen3, random init",
+        "activation_checkpointing": True,
+        "settings": settings,
+    }
+    report(results, args.out)
+    return results
+
+
+if __name__ == "__main__":
+    main()

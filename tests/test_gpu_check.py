@@ -1,0 +1,26 @@
+"""The prepared GPU check of shared-prefix training (benchmarks/gpu/shared_prefix_check.py) runs here in its dry
+run: a tiny model on CPU, the same three paths, figures written as JSON. On a GPU it runs at production lengths."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_the_gpu_check_runs_dry_on_cpu_and_its_paths_agree(tmp_path):
+    out = tmp_path / "check.json"
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks/gpu/shared_prefix_check.py"), "--dry-run", "--out", str(out)],
+        cwd=ROOT, capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    (setting,) = json.loads(out.read_text())["settings"]
+    paths = setting["paths"]
+    assert set(paths) == {"stock_sdpa", "dense", "flex"}
+    for name in ("dense", "flex"):  # fp32: the packed layouts give TRL's log-probs up to summation order
+        assert paths[name]["logp_max_abs_diff"] <= 1e-4, paths[name]
+    assert paths["dense"]["pass"] == "forward+backward" and paths["flex"]["pass"] == "forward"  # no CPU backward
+    assert 0 < paths["flex"]["mask_bytes"] < paths["dense"]["mask_bytes"]
+    assert setting["time_ratio_dense"] > 0 and "time_ratio_flex" not in setting
