@@ -26,7 +26,7 @@ import torch
 import yaml
 from memstate.data_build.build import build_data, load_data_config
 from memstate.reward.counterfactual import CounterfactualGainReward, RewardConfig
-from memstate.reward.judge import judge
+from memstate.reward.responder_score import judge
 from memstate.train.warmup import format_warmup
 from results_io import report
 from transformers import AutoModelForCausalLM, AutoTokenizer

@@ -1,19 +1,28 @@
-"""The training pass of one GRPO micro-batch, TRL's per-completion path vs the shared-prefix path.
+"""The training pass of one GRPO micro-batch, TRL's per-completion path vs the shared-prefix path (dense, flex, split).
 
-    python benchmarks/bench_train_step.py [--settings 2048:128:8 512:128:8 128:128:8] [--repeats 3]
+    python benchmarks/bench_train_step.py [--settings 2048:128:8 8192:512:8 ...] [--repeats 3]
 
 One micro-batch is one group: a prompt of P random tokens and G completions of R tokens each (all scored). The pass
 is what a GRPO step does with it on the policy side: the reference log-probs (a no-grad forward; the policy's own
 weights stand in for the reference model), then TRL's GRPO loss (``_compute_loss``: forward with entropies, clipped
-ratio, KL) and its backward. Both paths run through ``SharedPrefixGRPOTrainer._get_per_token_logps_and_entropies``:
-"stock" with the shared-prefix path switched off (TRL's own method), "shared" with it on (first-use check off).
+ratio, KL) and its backward. All paths run through ``SharedPrefixGRPOTrainer._get_per_token_logps_and_entropies``:
+"stock" with the shared-prefix path switched off (TRL's own method); "dense", "flex" and "split" with it on (first-use
+check off), its packed rows given their attention pattern as a dense (L x L) mask, as a FlexAttention block mask, or
+as split attention (the prompt and the completions in separate SDPA calls, no row mask; ``train/packing.py``). torch
+has no FlexAttention backward on CPU: there "flex" runs the reference forward with the block mask and the loss's
+forward/backward with split attention (what the trainer does on CPU); the GPU check (``benchmarks/gpu/``) times
+flex's backward. ``mask_bytes``: what the path hands the layers as their mask per micro-batch (stock: TRL's 2-D
+padding mask; split: its index tensors and per-row completion masks).
 
 The model is a random-init Qwen3 wider than the test models (hidden 512, 4 layers, 8 query / 4 KV heads of 64,
 MLP 1536, fp32, SDPA) with the tiny test tokenizer (1,024 tokens, so the LM head is a small share of the work; on
 CPU TRL's fused head scores every position, on CUDA only the scored ones). Each (setting, path) runs in a fresh
-process: time is the median of ``--repeats`` passes after one warm-up pass; peak memory is the growth of the
-process's peak resident set (``ru_maxrss``) over its resident set just before the warm-up pass. Tokens are the
-positions the policy's forwards encode. Ratios are stock / shared.
+process: time is the median of ``--repeats`` passes after one warm-up pass (one pass where a stock pass encodes over
+32k tokens: minutes each here); peak memory is the growth of the process's peak resident set (``ru_maxrss``) over its
+resident set just before the warm-up pass. Each row records when it was measured and the machine's load then
+(``--update`` re-measures some settings and keeps the other rows). Tokens are the positions the policy's forwards
+encode. Ratios are stock / the path the trainer takes by default here (``shared_prefix_attention: auto``: flex on
+CUDA, split on CPU).
 
 Writes ``benchmarks/results/bench_train_step.json``.
 """
@@ -35,6 +44,9 @@ from pathlib import Path
 from results_io import report
 
 ROOT = Path(__file__).resolve().parents[1]
+PATHS = ("stock", "dense", "flex", "split")
+LONG = 32_768
+DEFAULT = "split"  # shared_prefix_attention "auto" on CPU (no FlexAttention backward there)
 MODEL = {
     "hidden_size": 512,
     "intermediate_size": 1536,
@@ -56,6 +68,7 @@ def child(args: argparse.Namespace) -> None:
     configure_threads()
     import torch
     from datasets import Dataset
+    from memstate.train.packing import FLEX_BLOCK, pack_groups, packed_mask_bytes
     from memstate.train.shared_prefix import SharedPrefixGRPOTrainer
     from transformers import AutoTokenizer, Qwen3Config, Qwen3ForCausalLM
     from trl import GRPOConfig
@@ -82,6 +95,7 @@ def child(args: argparse.Namespace) -> None:
         train_dataset=Dataset.from_list([{"prompt": "x"}] * group),
         processing_class=tokenizer,
         check="off",
+        attention="dense" if args.path == "stock" else args.path,
     )
     if args.path == "stock":
         trainer.shared_prefix_reason = "benchmark: TRL's path"
@@ -101,6 +115,16 @@ def child(args: argparse.Namespace) -> None:
         "advantages": torch.randn(group),
         "num_items_in_batch": torch.tensor(group * completion_len),
     }
+
+    if args.path == "stock":
+        mask_bytes = attention_mask.numel() * attention_mask.element_size()
+    else:
+        flex = args.path == "flex"
+        packed = pack_groups(
+            input_ids, attention_mask, completion_len, tokenizer.pad_token_id, FLEX_BLOCK if flex else 1
+        )
+        mask_bytes = packed_mask_bytes(packed, args.path)
+        del packed
 
     def training_pass() -> None:
         with torch.no_grad():
@@ -122,7 +146,8 @@ def child(args: argparse.Namespace) -> None:
     ratio = trainer._metrics["train"].get("shared_prefix/token_ratio")
     if ratio:
         tokens = round(tokens / ratio[-1])
-    print(json.dumps({"seconds": statistics.median(seconds), "peak_mib": round(peak, 1), "tokens": tokens}))
+    result = {"seconds": round(statistics.median(seconds), 3), "peak_mib": round(peak, 1), "tokens": tokens}
+    print(json.dumps(result | {"mask_bytes": mask_bytes}))
 
 
 def run_child(setting: tuple[int, int, int], path: str, tokenizer: Path, repeats: int) -> dict:
@@ -145,12 +170,14 @@ def main() -> None:
         "--settings",
         nargs="+",
         type=parse_setting,
-        default=[(2048, 128, 8), (512, 128, 8), (128, 128, 8)],
+        default=[(8192, 512, 8), (8192, 128, 8), (2048, 512, 8), (2048, 128, 8)],
         help="P:R:G (prompt tokens, completion tokens, group size)",
     )
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "bench_train_step.json"))
-    parser.add_argument("--child", choices=["stock", "shared"], help=argparse.SUPPRESS)
+    parser.add_argument("--paths", nargs="+", choices=PATHS, default=list(PATHS))
+    parser.add_argument("--update", action="store_true", help="Keep --out's rows for the settings not measured now.")
+    parser.add_argument("--child", choices=PATHS, help=argparse.SUPPRESS)
     parser.add_argument("--setting", type=parse_setting, help=argparse.SUPPRESS)
     parser.add_argument("--tokenizer", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -164,25 +191,35 @@ def main() -> None:
     models = build_tiny_models(Path(tempfile.mkdtemp()) / "tiny")
     settings = []
     for setting in args.settings:
-        stock = run_child(setting, "stock", models["policy"], args.repeats)
-        shared = run_child(setting, "shared", models["policy"], args.repeats)
         prompt, completion, group = setting
-        row = {
-            "prompt_tokens": prompt,
-            "completion_tokens": completion,
-            "group_size": group,
-            "time_ratio": round(stock["seconds"] / shared["seconds"], 2),
-            "memory_ratio": round(stock["peak_mib"] / shared["peak_mib"], 2),
-            "tokens_ratio": round(stock["tokens"] / shared["tokens"], 2),
-            "stock": stock,
-            "shared": shared,
-        }
+        # a stock pass of more than LONG tokens takes minutes here: one timed pass after the warm-up
+        repeats = args.repeats if group * (prompt + completion) <= LONG else 1
+        paths = {path: run_child(setting, path, models["policy"], repeats) for path in args.paths}
+        row = {"prompt_tokens": prompt, "completion_tokens": completion, "group_size": group, "repeats": repeats}
+        row |= {"measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "load_avg": os.getloadavg()}
+        row["default"] = DEFAULT
+        stock, default = paths.get("stock"), paths.get(DEFAULT)
+        if stock and default:
+            row |= {
+                "time_ratio": round(stock["seconds"] / default["seconds"], 2),
+                "memory_ratio": round(stock["peak_mib"] / default["peak_mib"], 2),
+                "tokens_ratio": round(stock["tokens"] / default["tokens"], 2),
+            }
+        if "dense" in paths and "flex" in paths:
+            row["flex_mask_share"] = round(paths["flex"]["mask_bytes"] / paths["dense"]["mask_bytes"], 5)
+        row |= paths
         print(json.dumps(row), flush=True)
         settings.append(row)
+    if args.update and Path(args.out).is_file():  # re-measured settings replace their rows; the others stay
+        measured = {(r["prompt_tokens"], r["completion_tokens"], r["group_size"]) for r in settings}
+        kept = [r for r in json.loads(Path(args.out).read_text())["settings"]
+                if (r["prompt_tokens"], r["completion_tokens"], r["group_size"]) not in measured]  # fmt: skip
+        settings = kept + settings
     report(
         {
             "settings": settings,
             "model": MODEL | {"vocab_size": 1024, "dtype": "float32", "attention": "sdpa"},
+            "flex_on_cpu": "reference forward with the block mask; loss forward/backward split (no CPU flex backward)",
             "repeats": args.repeats,
             "machine": {"cpus": os.cpu_count(), "platform": platform.platform(), "load_avg": os.getloadavg()},
         },

@@ -35,7 +35,7 @@ import torch
 from memstate.evaluate.report import answer_flow_top, render_markdown, render_png, summarize
 from memstate.reward.answer_flow import AnswerFlowCheck
 from memstate.reward.fit import facts_cut, fit_to_responder
-from memstate.reward.judge import Judgement, judge
+from memstate.reward.responder_score import Judgement, judge
 from memstate.reward.score import parse_choice
 from tqdm import tqdm
 from transformers import AutoModelForCausalLM, AutoTokenizer

@@ -42,7 +42,7 @@ from memstate.experiment.world import (
     world_letter,
 )
 from memstate.reward.answer_flow import DEFAULT_THRESHOLD, AnswerFlowCheck, quantile
-from memstate.reward.judge import judge
+from memstate.reward.responder_score import judge
 from memstate.reward.score import parse_choice
 from memstate.train.config import MemstateTrainArguments
 from memstate.train.run import StageTimer, train

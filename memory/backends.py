@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     from memstate.memory.llm_client import ChatJSON
     from memstate.memory.store import MemoryStore
 
-BUILTIN_MODULES = ("memstate.memory.dense", "memstate.memory.clag", "memstate.memory.memsearch")
+BUILTIN_MODULES = ("memstate.memory.evomem", "memstate.memory.clag", "memstate.memory.memsearch")
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,7 @@
 """Retrieval: facts and their relational state for a query, in the Instance shapes of DESIGN.md, from any registered
 backend (``memstate.memory.backends``).
 
-Built in: ``evomem`` (EvoMemState) and ``naive`` (NaiveRAG) in ``memory.dense``; ``clag`` (CLAG, ``memory.clag``):
+Built in: ``evomem`` (EvoMemState) and ``naive`` (NaiveRAG) in ``memory.evomem``; ``clag`` (CLAG, ``memory.clag``):
 the store's facts routed into topic clusters, the query picks clusters (by an LLM, or by similarity to their
 profiles), then the ``k`` most similar facts among their members; ``memsearch`` (MemSearch-o1, ``memory.memsearch``):
 seeds of the query grow fragments over a few retrieval rounds, chained into a path whose facts come in path order.

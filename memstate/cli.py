@@ -42,7 +42,7 @@ COMMANDS: tuple[Command, ...] = (
             "tiny_models_parser", "tiny_models", example="memstate tiny-models --out runs/tiny-models"),
     Command("build-data", "Build the Instance dataset from raw source files.", "memstate.data_build.build",
             example="memstate build-data --config configs/data/fever_fixture.yaml --out runs/data/fever_fixture"),
-    Command("train", "GRPO-train the policy (TRL GRPOTrainer).", "memstate.train.config",
+    Command("train", "GRPO-train the policy (TRL GRPOTrainer).", "memstate.train.cli",
             example="memstate train --config configs/train/tiny_cpu.yaml --max_steps 20"),
     Command("reward", "Reward utilities.", subcommands=(
         Command("precompute-baselines", "Fill the SQLite baseline cache for a dataset ahead of training "

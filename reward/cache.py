@@ -35,12 +35,12 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import NamedTuple
 
-from memstate.reward.judge import EXACT_MAX_NEW_TOKENS, Judgement
+from memstate.reward.responder_score import Judgement, responder_request
 
 from memstate.errors import ConfigError
 from memstate.filesystem import Mount, network_mount, read_mount_table
-from memstate.prompts import PROMPT_VERSION, responder_messages
-from memstate.schema import Instance, option_letters
+from memstate.prompts import PROMPT_VERSION
+from memstate.schema import Instance
 
 logger = logging.getLogger("memstate.reward")
 
@@ -130,23 +130,10 @@ def close_self_contained(db: sqlite3.Connection, path: Path | None) -> None:
         )
 
 
-def baseline_request(instance: Instance, mode: str) -> dict:
-    """Everything the no-state judgement of ``instance`` depends on besides the responder (mirrors reward.judge):
-    the messages as sent, the scored continuations (likelihood) or the decoding settings (exact), and the reference
-    the reply is scored against (the correct letter is not in the request, yet it decides the score)."""
-    closed = bool(instance.candidates)
-    request: dict = {"mode": mode, "messages": responder_messages(instance, None)}
-    if mode == "likelihood":
-        request["continuations"] = option_letters(len(instance.candidates)) if closed else [instance.answer]
-    else:
-        request["decoding"] = {"greedy": True, "max_new_tokens": EXACT_MAX_NEW_TOKENS}
-    request["reference"] = instance.answer_letter if closed else instance.answer
-    return request
-
-
 def baseline_key(instance: Instance, mode: str, responder_identity: str) -> CacheKey:
     """The cache key of ``instance``'s no-state baseline: used by training and precompute alike."""
-    digest = request_digest({"request": baseline_request(instance, mode), "responder": responder_identity})
+    request = responder_request(instance, None, mode).key()
+    digest = request_digest({"request": request, "responder": responder_identity})
     return CacheKey(digest, instance.id, responder_identity, PROMPT_VERSION, mode)
 
 

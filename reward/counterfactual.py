@@ -28,7 +28,7 @@ from memstate.reward.audit import AuditLog
 from memstate.reward.cache import BaselineCache, CacheKey, baseline_key
 from memstate.reward.failure import UnscorableGuard
 from memstate.reward.fit import facts_cut, fit_to_responder
-from memstate.reward.judge import MODES, Judgement, judge
+from memstate.reward.responder_score import MODES, Judgement, judge
 
 from memstate.leak import instance_leak_reason
 from memstate.responder import Responder

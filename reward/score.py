@@ -1,4 +1,6 @@
-"""Score functions, one per ``answer_kind``: ``compute_score(solution, ground_truth, ...)`` -> [0, 1]."""
+"""Score functions: ``compute_score(solution, ground_truth, options)`` -> [0, 1] scores a generated answer (exact
+mode) by its kind; ``option_probability`` and ``continuation_probability`` score the responder's log-probs
+(likelihood mode)."""
 
 from __future__ import annotations
 
@@ -6,6 +8,7 @@ import math
 import re
 import string
 from collections import Counter
+from collections.abc import Sequence
 
 from memstate.schema import option_letters
 
@@ -22,17 +25,6 @@ def normalize_text(text: str) -> str:
     text = "".join(ch for ch in text if ch not in set(string.punctuation))
     text = _ARTICLES.sub(" ", text)
     return " ".join(text.split())
-
-
-def label_score(solution: str, ground_truth: str) -> float:
-    """Normalized label match.
-
-    >>> label_score(" Refuted.", "refuted")
-    1.0
-    >>> label_score("supported", "refuted")
-    0.0
-    """
-    return float(normalize_text(solution) == normalize_text(ground_truth))
 
 
 def parse_choice(text: str, options: list[str] | tuple[str, ...]) -> str | None:
@@ -82,6 +74,16 @@ def f1_score(solution: str, ground_truth: str) -> float:
         return 0.0
     precision, recall = common / len(pred), common / len(gold)
     return 2 * precision * recall / (precision + recall)
+
+
+def compute_score(solution: str, ground_truth: str, options: Sequence[str] = ()) -> float:
+    """A generated answer's score: with ``options`` (a closed set; ``ground_truth`` the correct letter) the option it
+    names (``choice_score``); without, free text, SQuAD token F1 against the reference.
+
+    >>> compute_score("(B) coffee", "B", ["tea", "coffee"]), compute_score("Oslo", "Oslo")
+    (1.0, 1.0)
+    """
+    return choice_score(solution, ground_truth, options) if options else f1_score(solution, ground_truth)
 
 
 def option_probability(logprobs: list[float], correct: int) -> float:

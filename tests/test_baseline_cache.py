@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 from memstate.data_build.build import build_data, load_data_config
-from memstate.reward.cache import BaselineCache, CacheKey, baseline_key, baseline_request, request_digest
-from memstate.reward.judge import Judgement, exact_judgements, likelihood_judgements
+from memstate.reward.cache import BaselineCache, CacheKey, baseline_key, request_digest
 from memstate.reward.precompute import precompute_baselines
+from memstate.reward.responder_score import Judgement, exact_judgements, likelihood_judgements, responder_request
 
 from memstate.data import SPLITS, load_split
 from memstate.prompts import responder_messages
@@ -95,7 +95,7 @@ def test_key_request_is_what_the_judges_send(fever_train):
         rec = Recorder()
         likelihood_judgements(rec, [inst], [None])
         exact_judgements(rec, [inst], [None])
-        likely, exact = baseline_request(inst, "likelihood"), baseline_request(inst, "exact")
+        likely, exact = responder_request(inst, None, "likelihood").key(), responder_request(inst, None, "exact").key()
         assert rec.sent[0] == {"messages": likely["messages"], "continuations": likely["continuations"]}
         assert rec.sent[1] == {"messages": exact["messages"], "max_new_tokens": exact["decoding"]["max_new_tokens"]}
 

@@ -25,7 +25,7 @@ from memstate.reward.cache import (
     request_digest,
 )
 from memstate.reward.counterfactual import CounterfactualGainReward, RewardConfig
-from memstate.reward.judge import Judgement
+from memstate.reward.responder_score import Judgement
 
 from memstate.errors import ConfigError
 from memstate.filesystem import Mount, network_mount
@@ -73,7 +73,7 @@ NODE = textwrap.dedent(
     from pathlib import Path
     from memstate.reward.answer_flow import AnswerFlowCache
     from memstate.reward.cache import CacheKey, open_training_cache, request_digest
-    from memstate.reward.judge import Judgement
+    from memstate.reward.responder_score import Judgement
 
     def key(name):
         return CacheKey(request_digest({"request": name}), name, "resp", "v1", "likelihood")

@@ -46,6 +46,7 @@ COLOCATE = [
     "--use_vllm", "true",
     "--vllm_mode", "colocate",
     "--vllm_enable_sleep_mode", "false",
+    "--shared_prefix_attention", "flex",
     "--max_prompt_tokens", "960",
     "--max_completion_length", "64",
     "--format_warmup_steps", "20",
@@ -144,7 +145,9 @@ def test_training_log_probs_use_the_shared_prefix_path(run):
     all came from the shared-prefix path: its first-use check passed and each step encoded fewer tokens."""
     _, history, _ = run["first"]
     state = json.loads((run["out"] / "shared_prefix.json").read_text())
-    assert state == {"enabled": True, "active": True, "off_because": None}
+    # flex: the no-gradient forwards (old-policy, reference) through the FlexAttention block mask; the gradient pass
+    # keeps the dense mask on CPU (torch has no flex backward there)
+    assert state == {"enabled": True, "active": True, "off_because": None, "attention": "flex"}
     assert all(e["shared_prefix/token_ratio"] > 2 for e in history if "reward" in e)
 
 

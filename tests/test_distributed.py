@@ -130,7 +130,10 @@ def run(request, tiny_models, fever_data, tmp_path_factory):
     # ZeRO-2 also runs the format warm-up (a first Trainer in the same processes) before GRPO.
     # ZeRO-3 derives its accumulation from completions_per_step (16 / (4 per process x 2 processes) = 2), so
     # DeepSpeed's batch arithmetic (filled from the Trainer's "auto" values) must agree with the rebuilt config.
+    # ZeRO-3 runs the shared-prefix path's no-gradient forwards (old-policy, reference) through a FlexAttention block
+    # mask, its parameters gathered per layer (on CPU the gradient pass keeps the dense mask: no flex backward).
     extra = ("--format_warmup_steps", "2") if request.param == "zero2" else ("--completions_per_step", "16")
+    extra += ("--shared_prefix_attention", "flex") if request.param == "zero3" else ()
     cmd = launch_command(request.param, tiny_models["policy"], tiny_models["responder"], fever_data, output_dir, *extra)
     return launch(cmd, output_dir), cmd, output_dir
 
@@ -191,7 +194,9 @@ def test_shared_prefix_path_ran_on_both_ranks(run):
     """The default shared-prefix log-prob path under ZeRO: its first-use check passed on both ranks (any failure on
     either turns it off on both) and every step encoded each group's prompt once."""
     proc, cmd, output_dir = run
-    assert json.loads((output_dir / "shared_prefix.json").read_text())["active"], explain(proc, cmd)
+    state = json.loads((output_dir / "shared_prefix.json").read_text())
+    assert state["active"], explain(proc, cmd)
+    assert state["attention"] == ("flex" if "flex" in cmd else "split")  # auto is split on CPU
     assert proc.stdout.count("shared-prefix check: log-probs mean") == WORLD_SIZE, explain(proc, cmd)
     history = json.loads((output_dir / "log_history.json").read_text())
     assert all(e["shared_prefix/token_ratio"] > 2 for e in history if "reward" in e)

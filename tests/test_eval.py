@@ -11,7 +11,7 @@ from memstate.evaluate.compare import compare_runs
 from memstate.evaluate.report import condition_metrics, differences, render_markdown, render_png, summarize
 from memstate.evaluate.run import answer_record, instance_record
 from memstate.evaluate.stats import paired_difference_ci
-from memstate.reward.judge import Judgement
+from memstate.reward.responder_score import Judgement
 from memstate.reward.score import choice_score
 from PIL import Image
 

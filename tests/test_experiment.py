@@ -20,7 +20,7 @@ from memstate.experiment.world import (
     skill_examples,
     train_responder,
 )
-from memstate.reward.judge import judge
+from memstate.reward.responder_score import judge
 from transformers import AutoModelForCausalLM, AutoTokenizer, TrainingArguments
 
 from memstate.cli import main

@@ -18,9 +18,10 @@ def test_the_gpu_check_runs_dry_on_cpu_and_its_paths_agree(tmp_path):
     assert proc.returncode == 0, proc.stderr[-3000:]
     (setting,) = json.loads(out.read_text())["settings"]
     paths = setting["paths"]
-    assert set(paths) == {"stock_sdpa", "dense", "flex"}
-    for name in ("dense", "flex"):  # fp32: the packed layouts give TRL's log-probs up to summation order
+    assert set(paths) == {"stock_sdpa", "dense", "flex", "split"}
+    for name in ("dense", "flex", "split"):  # fp32: the packed layouts give TRL's log-probs up to summation order
         assert paths[name]["logp_max_abs_diff"] <= 1e-4, paths[name]
     assert paths["dense"]["pass"] == "forward+backward" and paths["flex"]["pass"] == "forward"  # no CPU backward
     assert 0 < paths["flex"]["mask_bytes"] < paths["dense"]["mask_bytes"]
-    assert setting["time_ratio_dense"] > 0 and "time_ratio_flex" not in setting
+    assert 0 < paths["split"]["mask_bytes"] < paths["dense"]["mask_bytes"]
+    assert setting["time_ratio_dense"] > 0 and setting["time_ratio_split"] > 0 and "time_ratio_flex" not in setting

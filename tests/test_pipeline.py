@@ -66,9 +66,10 @@ def test_train_writes_checkpoints_with_metadata(trained):
     card = (run / "final" / "README.md").read_text()
     assert "GRPO steps logged: 4" in card and PROMPT_VERSION in card
     assert json.loads((run / "reward_stats.json").read_text())["responder_prompts"] > 0
-    # the default shared-prefix path passed its first-use check and encoded each group's prompt once
+    # the default shared-prefix path (split attention on CPU) passed its first-use check and encoded each group's
+    # prompt once
     shared_prefix = json.loads((run / "shared_prefix.json").read_text())
-    assert shared_prefix == {"enabled": True, "active": True, "off_because": None}
+    assert shared_prefix == {"enabled": True, "active": True, "off_because": None, "attention": "split"}
     assert all(e["shared_prefix/token_ratio"] > 2 for e in history if "reward" in e)
 
 

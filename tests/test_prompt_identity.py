@@ -15,7 +15,7 @@ import json
 import pytest
 from memstate.memory import answer as memory_answer
 from memstate.memory.retrieve import Retrieved
-from memstate.reward.judge import likelihood_judgements
+from memstate.reward.responder_score import likelihood_judgements
 from memstate.serve.client import PATH, _state
 from memstate.train.data import grpo_dataset
 from test_serve_api import GOOD, INSTANCE, ScriptedPolicy, client

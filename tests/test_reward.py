@@ -1,7 +1,7 @@
 import pytest
 from memstate.reward.cache import BaselineCache, baseline_key
 from memstate.reward.counterfactual import CounterfactualGainReward, RewardConfig
-from memstate.reward.judge import exact_judgements, likelihood_judgements
+from memstate.reward.responder_score import exact_judgements, likelihood_judgements
 
 from memstate.leak import leaks_answer
 from memstate.responder import TransformersResponder

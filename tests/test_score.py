@@ -5,23 +5,9 @@ from memstate.reward.score import (
     choice_score,
     continuation_probability,
     f1_score,
-    label_score,
     option_probability,
     parse_choice,
 )
-
-
-@pytest.mark.parametrize(
-    ("solution", "truth", "expected"),
-    [
-        ("Supported", "supported", 1.0),
-        ("  not enough info. ", "not enough info", 1.0),
-        ("refuted", "supported", 0.0),
-        ("supported, probably", "supported", 0.0),
-    ],
-)
-def test_label_score(solution, truth, expected):
-    assert label_score(solution, truth) == expected
 
 
 @pytest.mark.parametrize(

@@ -56,10 +56,10 @@ def trainer(request, tiny_models, tmp_path_factory):
     return make_trainer(tiny_models, tmp_path_factory.mktemp("shared-prefix"), lora=request.param)
 
 
-@pytest.fixture(params=["dense", "flex"])
+@pytest.fixture(params=["dense", "flex", "split"])
 def fresh(trainer, request):
-    """The module's trainer with the path on (its mask dense, or a FlexAttention block mask) and the check done,
-    restored after the test."""
+    """The module's trainer with the path on (its mask dense, a FlexAttention block mask, or split attention) and the
+    check done, restored after the test."""
     trainer.shared_prefix_reason, trainer._logps_checked = None, True
     trainer.shared_prefix_attention = request.param
     yield trainer
@@ -70,6 +70,13 @@ def fresh(trainer, request):
 def leaky(correct):
     """``attends`` broken: every completion also sees the other completions of its group (dense and flex alike)."""
     return lambda q, kv, q_segment, kv_segment, kv_valid: correct(q, kv, 0 * q_segment, 0 * kv_segment, kv_valid)
+
+
+def leaky_split(module, query, key, value, attention_mask, dropout=0.0, scaling=None, **kwargs):
+    """Split attention broken: one unmasked call over each packed row, so completions see their siblings (and
+    every token the future)."""
+    out = torch.nn.functional.scaled_dot_product_attention(query, key, value, scale=scaling, enable_gqa=True)
+    return out.transpose(1, 2), None
 
 
 def grpo_batch(vocab: int, pad: int, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor, int]:
@@ -146,9 +153,11 @@ def test_grpo_loss_gradients_equal_trl(fresh):
         return torch.autograd.grad(fresh._compute_loss(model, inputs), params)
 
     packed = gradients()
-    # torch has no FlexAttention backward on CPU: the gradient pass keeps the dense mask there (the GPU check,
+    # torch has no FlexAttention backward on CPU: there flex's gradient pass is split attention (the GPU check,
     # benchmarks/gpu/, compares flex gradients)
-    assert fresh.shared_prefix_mask == "dense"
+    assert fresh.shared_prefix_mask == {"flex": "split"}.get(
+        fresh.shared_prefix_attention, fresh.shared_prefix_attention
+    )
     fresh.shared_prefix_reason = "stock path for comparison"
     reference = gradients()
     worst = max(((a - b).norm() / b.norm()).item() for a, b in zip(packed, reference, strict=True) if b.norm() > 0)
@@ -190,11 +199,15 @@ def test_the_block_mask_is_the_dense_pattern_in_a_fraction_of_its_bytes(trainer)
     assert torch.equal(dense, blocks)  # it visits exactly the blocks the dense pattern touches
     assert dense.float().mean() < 1  # and skips some
     nbytes = sum(t.numel() * t.element_size() for t in block.as_tuple() if isinstance(t, torch.Tensor))
-    assert mask_memory(rows, length).endswith(f"flex block mask {nbytes / 2**10:.0f} KiB")
+    report = mask_memory(rows, 300, 4, 100)
+    assert report.endswith(f"flex block mask {nbytes / 2**10:.0f} KiB")
+    split = packing.packed_mask_bytes(pack_groups(input_ids, attention_mask, keep, pad_token_id=0), "split")
+    assert f"split {split / 2**20:.1f} MiB" in report and split < 0.1 * packed.attention_mask.numel()
 
 
 def test_broken_mask_is_caught_and_falls_back(fresh, monkeypatch, caplog):
     monkeypatch.setattr(packing, "attends", leaky(packing.attends))
+    monkeypatch.setattr(packing, "split_attention", leaky_split)
     input_ids, attention_mask, keep = batch(fresh)
     fresh._logps_checked = False
     fresh.model.eval()
@@ -205,6 +218,53 @@ def test_broken_mask_is_caught_and_falls_back(fresh, monkeypatch, caplog):
     assert "first-use check failed: log-probs differ" in fresh.shared_prefix_reason
     assert "shared-prefix training off" in caplog.text
     assert torch.equal(logps, ref_logps)  # the call itself already used TRL's path
+
+
+@pytest.mark.parametrize("failure", ["raises", "leaks"])
+@pytest.mark.parametrize("path", ["flex", "split"])
+def test_a_path_that_fails_its_check_continues_on_the_dense_mask(trainer, path, failure, monkeypatch, caplog):
+    """A flex or split kernel that does not compile or run here, or a pattern that lets completions see their
+    siblings: the first-use check moves the run to the dense mask, checks that, and stays on the shared-prefix path."""
+    from torch.nn.attention.flex_attention import create_block_mask
+
+    def broken_block_mask(self):
+        if failure == "raises":
+            raise RuntimeError("no flex kernel for this device")
+        rows, length = self.segment.shape
+        segment, valid = self.segment.clamp(max=0), self.valid  # every completion token in the prompt's segment
+
+        def mask_mod(b, h, q, kv):
+            return packing.attends(q, kv, segment[b, q], segment[b, kv], valid[b, kv])
+
+        return create_block_mask(mask_mod, rows, None, length, length)
+
+    def broken_split(*args, **kwargs):
+        if failure == "raises":
+            raise RuntimeError("no split kernel for this device")
+        return leaky_split(*args, **kwargs)
+
+    monkeypatch.setattr(packing.PackedGroups, "block_mask", broken_block_mask)
+    monkeypatch.setattr(packing, "split_attention", broken_split)
+    input_ids, attention_mask, keep = batch(trainer)
+    trainer.shared_prefix_attention, trainer._logps_checked = path, False
+    trainer.model.eval()
+    try:
+        with torch.no_grad(), caplog.at_level(logging.INFO, "memstate.train"):
+            logps, _, _ = trainer._get_per_token_logps_and_entropies(trainer.model, input_ids, attention_mask, keep)
+            ref_logps, _, _ = stock(trainer, trainer.model, input_ids, attention_mask, keep)
+        assert trainer.shared_prefix_active and trainer.shared_prefix_attention == "dense"
+        assert trainer.shared_prefix_mask == "dense"
+        assert f"{path} attention off (first-use check failed" in caplog.text
+        assert (f"no {path} kernel" if failure == "raises" else "log-probs differ") in caplog.text
+        scored = attention_mask[:, -keep:].bool()
+        assert (logps - ref_logps).abs()[scored].max() <= 1e-5
+    finally:
+        trainer.shared_prefix_reason, trainer._logps_checked = None, True
+        trainer.shared_prefix_attention = "dense"
+
+
+def test_auto_is_split_attention_on_cpu(tiny_models, tmp_path):
+    assert make_trainer(tiny_models, tmp_path, lora=False).shared_prefix_attention == "split"
 
 
 def test_correct_mask_passes_both_checks(tiny_models, tmp_path, caplog):
@@ -311,6 +371,7 @@ def test_a_run_that_must_not_fall_back_stops_with_the_fix(fresh, monkeypatch):
     """shared_prefix_on_failure: fail (production): TRL's path would need G x the prompt activations per micro-batch,
     so a failed first-use check stops the run, naming the fix, instead of running out of memory later."""
     monkeypatch.setattr(packing, "attends", leaky(packing.attends))
+    monkeypatch.setattr(packing, "split_attention", leaky_split)
     monkeypatch.setattr(fresh, "shared_prefix_on_failure", "fail")
     input_ids, attention_mask, keep = batch(fresh)
     fresh._logps_checked = False

@@ -35,7 +35,8 @@ def test_dry_run_of_the_production_config_prints_its_arithmetic(tiny_models, fev
     # KV cache of the tiny stand-in: 2 layers x 1 KV head x head_dim 64 x (K, V) x 2 bytes = 0.5 KiB a token
     assert report["kv_cache_kib_per_token"] == "0.5" and float(report["kv_cache_mib_per_sequence_at_context"]) == 4.2
     # The shared-prefix mask at the data's median prompt: dense bytes vs a FlexAttention block mask's
-    assert re.fullmatch(r"dense: dense [\d.]+ MiB, flex block mask \d+ KiB", report["shared_prefix_attention"])
+    pattern = r"auto \(flex on CUDA, split on CPU\): dense [\d.]+ MiB, split [\d.]+ MiB, flex block mask \d+ KiB"
+    assert re.fullmatch(pattern, report["shared_prefix_attention"])
     # Validation: the fixture's 18 validation instances (below the config's 512) x 4 states, answer flow doubling it
     assert report["validation"].startswith("18 validation instances x 4 states every 50 steps")
     assert report["validation_responder_prompts"].startswith("144 per evaluation")
@@ -195,6 +196,7 @@ def test_flash_attention_is_refused_where_the_shared_prefix_path_must_not_fall_b
     argv = ["train", "--config", str(QWEN), "--dry-run", "--world-size", "8",
             "--model_init_kwargs", '{"attn_implementation": "flash_attention_2"}',
             "--policy_model", str(tiny_models["policy"]), "--data_dir", str(fever_data)]  # fmt: skip
-    assert main(argv) == 2
+    assert main([*argv, "--shared_prefix_attention", "dense"]) == 2
     assert "takes no 4-D mask" in capsys.readouterr().err
-    assert main([*argv, "--shared_prefix_on_failure", "fallback"]) == 0
+    assert main([*argv, "--shared_prefix_attention", "dense", "--shared_prefix_on_failure", "fallback"]) == 0
+    assert main(argv) == 0  # auto: flex on the cluster's GPUs runs flex attention in the packed forward itself

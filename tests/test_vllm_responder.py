@@ -188,7 +188,7 @@ def test_http_endpoints_match_the_in_process_model(instances, local, server):
 
 def test_openai_responder_matches_the_transformers_responder(instances, local, server):
     """The reward's HTTP backend on the served weights judges exactly like the in-process backend."""
-    from memstate.reward.judge import exact_judgements, likelihood_judgements
+    from memstate.reward.responder_score import exact_judgements, likelihood_judgements
 
     from memstate.http_responder import OpenAIResponder
 

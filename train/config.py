@@ -3,14 +3,11 @@ read from one flat YAML by ``TrlParser``; any field can follow on the command li
 
 from __future__ import annotations
 
-import argparse
-import os
 from dataclasses import dataclass, field
 from types import SimpleNamespace
 from typing import Literal
 
 from memstate.reward.answer_flow import DEFAULT_THRESHOLD
-from memstate.train.launch import fit_to_world
 from trl import GRPOConfig
 
 from memstate.data import load_split
@@ -174,18 +171,20 @@ class MemstateTrainArguments:
             "help": "Encode each group's prompt once in the policy's training forward/backward, the old-policy and "
             "the reference log-probs, its completions attending to it through a 4-D mask (train/shared_prefix.py): "
             "P + G*R tokens a group instead of G*(P + R), same log-probs and gradients. Micro-batches then hold "
-            "whole groups. Falls back to TRL's path, logged, for attention kernels without 4-D masks "
-            "(flash_attention_*, flex_attention), sliding-window models, multimodal inputs and MoE aux loss."
+            "whole groups. Falls back to TRL's path, logged, for sliding-window models, multimodal inputs, MoE aux "
+            "loss, and, with the dense mask, attention kernels that take no 4-D mask (flash_attention_*)."
         },
     )
-    shared_prefix_attention: Literal["dense", "flex"] = field(
-        default="dense",
+    shared_prefix_attention: Literal["auto", "dense", "flex", "split"] = field(
+        default="auto",
         metadata={
-            "help": "How shared-prefix training gives attention its pattern: 'dense', an (L x L) boolean mask per "
-            "packed row for the model's sdpa / eager kernel; 'flex', a FlexAttention BlockMask (the packed forward "
-            "runs flex attention whatever the model was loaded with), which skips the masked blocks and costs "
-            "kilobytes instead of L² bytes per row (compiled on first use). Experimental: the first-use check "
-            "covers it; measured in benchmarks/bench_train_step.py."
+            "help": "How shared-prefix training gives attention its pattern (train/packing.py): 'dense', an (L x L) "
+            "boolean mask per packed row for the model's sdpa / eager kernel; 'flex', a FlexAttention BlockMask "
+            "that skips the masked blocks and costs kilobytes (compiled on first use; torch has no flex backward on "
+            "CPU, where the gradient pass is split); 'split', no row mask: the prompt attends causally to itself and "
+            "the group's completions, as a batch, to the prompt and themselves, in stock SDPA calls; 'auto', flex on "
+            "CUDA, split elsewhere. flex and split need the model loaded with sdpa (or flash); if either fails the "
+            "first-use check or does not compile, the run continues with the dense mask, logged."
         },
     )
     shared_prefix_check: Literal["off", "logps", "gradients"] = field(
@@ -276,8 +275,9 @@ def check_vllm_settings(script_args: MemstateTrainArguments, config: GRPOConfig,
 def check_model_init(script_args: MemstateTrainArguments, config: GRPOConfig) -> None:
     """Refuse an attention implementation the shared-prefix path cannot use when it must not fall back.
 
-    A user who sets ``flash_attention_2`` (common on H100s) would silently turn the path off, and TRL's path needs
-    several times the activation memory at production lengths.
+    A user who sets ``flash_attention_2`` (common on H100s) with the dense mask would silently turn the path off, and
+    TRL's path needs several times the activation memory at production lengths. The flex path ('auto' on CUDA) runs
+    flex attention in the packed forward whatever the model was loaded with.
     """
     from memstate.train.shared_prefix import MASKED_ATTENTION
 
@@ -286,6 +286,7 @@ def check_model_init(script_args: MemstateTrainArguments, config: GRPOConfig) ->
     if (
         script_args.shared_prefix_training
         and script_args.shared_prefix_on_failure == "fail"
+        and script_args.shared_prefix_attention == "dense"
         and implementation is not None
         and implementation not in MASKED_ATTENTION
     ):
@@ -349,28 +350,3 @@ def parse_train_args(argv: list[str] | None = None) -> tuple[MemstateTrainArgume
     """``--config FILE.yaml`` plus ``--field value`` overrides, as every TRL script reads them."""
     script_args, responder, grpo_config, *_ = make_parser().parse_args_and_config(argv)
     return script_args, responder, grpo_config
-
-
-def run(parsed: tuple[MemstateTrainArguments, ResponderConfig, GRPOConfig, argparse.Namespace]) -> None:
-    script_args, responder, grpo_config, options = parsed
-    if not responder.responder_model:
-        raise ConfigError("responder_model is required (the frozen responder that measures the answer gain)")
-    # A dry run forces use_cpu (TrainParser) to validate a GPU config anywhere: its device settings are not checked.
-    check_vllm_settings(script_args, grpo_config, on_cpu=grpo_config.use_cpu and not options.dry_run)
-    check_model_init(script_args, grpo_config)
-    check_validation_settings(grpo_config)
-    # The batch settings for the processes of this launch (a dry run: the ones it is told), before anything loads.
-    world_size = (options.world_size or int(os.environ.get("WORLD_SIZE", 1))) if options.dry_run else None
-    grpo_config = fit_to_world(script_args.completions_per_step, grpo_config, world_size or grpo_config.world_size)
-    if options.dry_run:
-        from memstate.train.dry_run import dry_run
-
-        report = dry_run(script_args, grpo_config, world_size)
-        width = max(map(len, report))
-        for key, value in report.items():
-            print(f"{key:<{width}}  {value}")
-        return
-    from memstate.train.run import train
-
-    final = train(script_args, responder, grpo_config, resume=options.resume)
-    print(f"final model: {final}")

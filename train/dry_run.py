@@ -138,13 +138,13 @@ def shared_prefix_saving(script_args: MemstateTrainArguments, config: GRPOConfig
     prompts (one, when ``b`` <= G).
 
     >>> args = type("A", (), {"shared_prefix_training": True, "max_prompt_tokens": 8192,
-    ...                       "shared_prefix_on_failure": "fail", "shared_prefix_attention": "dense"})()
+    ...                       "shared_prefix_on_failure": "fail", "shared_prefix_attention": "auto"})()
     >>> c = type("C", (), {"per_device_train_batch_size": 16, "num_generations": 8, "max_completion_length": 150})()
     >>> r = shared_prefix_saving(args, c, [1800, 2000, 2200])
     >>> r["training_tokens_per_micro_batch"], r["shared_prefix_tokens_ratio"]
     ('stock 34400, shared 6400', 5.38)
     >>> r["shared_prefix_attention"]
-    'dense: dense 19.5 MiB, flex block mask 20 KiB'
+    'auto (flex on CUDA, split on CPU): dense 19.5 MiB, split 0.6 MiB, flex block mask 20 KiB'
     """
     per_device, group = config.per_device_train_batch_size, config.num_generations
     prompt, completion = min(lengths[len(lengths) // 2], script_args.max_prompt_tokens), config.max_completion_length
@@ -152,27 +152,44 @@ def shared_prefix_saving(script_args: MemstateTrainArguments, config: GRPOConfig
     shared = math.ceil(per_device / group) * prompt + per_device * completion
     if not script_args.shared_prefix_training:
         return {"shared_prefix_training": "off", "training_tokens_per_micro_batch": f"stock {stock}"}
-    rows, length = math.ceil(per_device / group), prompt + min(per_device, group) * completion
+    rows, completions = math.ceil(per_device / group), min(per_device, group)
     return {
         "shared_prefix_training": "on; if the first-use check fails or the model takes no 4-D mask: "
         + ("stop with the fix" if script_args.shared_prefix_on_failure == "fail" else "TRL's path, logged"),
         "training_tokens_per_micro_batch": f"stock {stock}, shared {shared}",
         "shared_prefix_tokens_ratio": round(stock / shared, 2),
-        "shared_prefix_attention": f"{script_args.shared_prefix_attention}: {mask_memory(rows, length)}",
+        "shared_prefix_attention": ATTENTION_PATHS[script_args.shared_prefix_attention]
+        + ": "
+        + mask_memory(rows, prompt, completions, completion),
     }
 
 
-def mask_memory(rows: int, length: int) -> str:
-    """The attention mask's size per micro-batch of ``rows`` packed rows of ``length`` tokens: dense, one bool per
-    (query, key); a FlexAttention block mask, per 128 x 128 block a count and an index (int32) for partial and full
-    blocks, by query and by key (the backward's), whatever the dense one would take.
+ATTENTION_PATHS = {
+    "auto": "auto (flex on CUDA, split on CPU)",
+    "flex": "flex (on CPU split for the gradient pass)",
+    "split": "split",
+    "dense": "dense",
+}
 
-    >>> mask_memory(2, 12288)
-    'dense 288.0 MiB, flex block mask 291 KiB'
+
+def mask_memory(rows: int, prompt: int, completions: int, completion: int) -> str:
+    """What each attention path hands the layers as their mask per micro-batch of ``rows`` packed rows, each a
+    ``prompt`` and ``completions`` completions of ``completion`` tokens: dense, one bool per (query, key); split,
+    per row the completions' token indices (int64), their real slots and one (R x (P - 1 + R)) bool mask; a
+    FlexAttention block mask, per 128 x 128 block a count and an index (int32) for partial and full blocks, by query
+    and by key (the backward's).
+
+    >>> mask_memory(2, 8192, 8, 512)
+    'dense 288.0 MiB, split 8.6 MiB, flex block mask 291 KiB'
     """
+    length = prompt + completions * completion
     blocks = math.ceil(length / 128)
     flex = rows * 4 * (blocks + blocks * blocks) * 4
-    return f"dense {rows * length * length / 2**20:.1f} MiB, flex block mask {flex / 2**10:.0f} KiB"
+    split = rows * (completions * completion * 9 + completion * (prompt - 1 + completion))
+    return (
+        f"dense {rows * length * length / 2**20:.1f} MiB, split {split / 2**20:.1f} MiB, "
+        f"flex block mask {flex / 2**10:.0f} KiB"
+    )
 
 
 def vllm_settings(policy_model: str, config: GRPOConfig) -> dict:

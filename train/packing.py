@@ -1,16 +1,29 @@
-"""Packing a GRPO micro-batch as one row per distinct prompt (the layout of ``train/shared_prefix.py``), and the
-attention pattern of the packed rows as a dense mask or a FlexAttention block mask. Plain torch: no TRL, so the
-prepared GPU check (``benchmarks/gpu/shared_prefix_check.py``) runs it where TRL is not installed."""
+"""Packing a GRPO micro-batch as one row per distinct prompt (the layout of ``train/shared_prefix.py``), and three
+ways to give attention the packed rows' pattern (``attends``):
+
+- ``dense``: one (L x L) boolean mask per row for the model's sdpa / eager kernel;
+- ``flex``: a FlexAttention block mask (per 128 x 128 block: empty, full or partial), so the kernel skips the empty
+  blocks; torch has no FlexAttention backward on CPU;
+- ``split``: no mask over the row at all (Prefix Grouper's decomposition): per row, the prompt attends to itself
+  causally (SDPA ``is_causal``), and the group's completions, gathered as a batch, attend to the prompt's keys and
+  their own (a lower-right causal mask of R x (P + R)); every kernel call is stock SDPA, forward and backward, on
+  any device.
+
+Plain torch and transformers: no TRL, so the prepared GPU check (``benchmarks/gpu/shared_prefix_check.py``) runs it
+where TRL is not installed."""
 
 from __future__ import annotations
 
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Literal
 
 import torch
+import torch.nn.functional as F
 
 # FlexAttention's block size: packed rows are padded to a multiple of it for the block mask.
 FLEX_BLOCK = 128
+Attention = Literal["dense", "flex", "split"]
 
 
 class Unsupported(Exception):
@@ -29,6 +42,8 @@ class PackedGroups:
     source: torch.Tensor  # flat indices into (rows·L) of each scored completion token ...
     target: torch.Tensor  # ... and where it goes in the flat (B·T) output
     batch_shape: tuple[int, int]  # (B, T) of the stock layout
+    prefix: int = 0  # the shared prompt occupies columns [0, prefix) of every row (left padding first)
+    spans: list[list[tuple[int, int]]] = field(default_factory=list)  # per row, each completion's (offset, length)
 
     @property
     def tokens(self) -> int:
@@ -54,6 +69,40 @@ class PackedGroups:
         rows, length = segment.shape
         return create_block_mask(mask_mod, rows, None, length, length, device=segment.device, _compile=True)
 
+    def split_layout(self) -> SplitLayout:
+        """What ``split_attention`` needs of each row: where its prompt starts and its completions' token indices."""
+        rows = []
+        for r, spans in enumerate(self.spans):
+            real = self.valid[r, : self.prefix].nonzero()
+            start = int(real[0]) if len(real) else self.prefix
+            end = self.prefix + sum(n for _, n in spans)
+            if not bool(self.valid[r, start:end].all()):
+                raise Unsupported("a prompt or completion with padding inside it")
+            if spans:
+                width = max(n for _, n in spans)
+                steps = torch.arange(width, device=self.valid.device)
+                offsets = torch.tensor([o for o, _ in spans], device=self.valid.device)
+                lengths = torch.tensor([n for _, n in spans], device=self.valid.device)
+                # padded query slots repeat the completion's last token: finite outputs, dropped by ``keep``
+                index = offsets[:, None] + torch.minimum(steps[None], lengths[:, None] - 1)
+                keep = steps[None] < lengths[:, None]
+                # each completion slot sees the whole prompt and, lower-right causally, its own earlier slots
+                prompt_keys = steps.new_ones(width, self.prefix - start, dtype=torch.bool)
+                mask = torch.cat([prompt_keys, steps[None, :] <= steps[:, None]], 1)
+            rows.append(SplitRow(start, index, keep, mask) if spans else SplitRow(start, None, None, None))
+        return SplitLayout(self.prefix, rows)
+
+    def attention_inputs(self, attention: Attention) -> object:
+        """The packed forward's ``attention_mask`` for ``attention``. flex and split pass a dict, which skips
+        transformers' mask construction: every full-attention layer receives the block mask or the layout as is, and
+        the dispatch ``install_packed_attention`` puts in front of the model's kernel routes it by its type (also
+        when activation checkpointing recomputes a layer in the backward)."""
+        if attention == "flex":
+            return {"full_attention": self.block_mask()}
+        if attention == "split":
+            return {"full_attention": self.split_layout()}
+        return self.attention_mask
+
     def unpack(self, per_token: torch.Tensor) -> torch.Tensor:
         """Packed (rows, L) per-token values → the stock (B, T) layout, zeros where no completion token is scored.
         Stays connected to the graph even when nothing is scored (an all-masked micro-batch still back-propagates)."""
@@ -62,6 +111,105 @@ class PackedGroups:
         if not len(self.source):
             out = out + 0 * per_token.sum()
         return out.view(self.batch_shape)
+
+
+@dataclass
+class SplitRow:
+    start: int  # the prompt's first real column (columns before it are left padding)
+    index: torch.Tensor | None  # (G, R_max): the row columns of each completion's tokens, padded slots repeated
+    keep: torch.Tensor | None  # (G, R_max) bool: the real slots, in the row's order
+    mask: torch.Tensor | None  # (R_max, P + R_max) bool: what a completion slot attends to, the same for all G
+
+
+@dataclass
+class SplitLayout:
+    """The packed rows as ``split_attention`` reads them (passed through the model as its ``attention_mask``)."""
+
+    prefix: int
+    rows: list[SplitRow]
+
+    def nbytes(self) -> int:
+        """Bytes of what the layers read: the index tensors, and per row the (R x (P + R)) completion mask."""
+        total = 0
+        for row in self.rows:
+            total += sum(t.numel() * t.element_size() for t in (row.index, row.keep, row.mask) if t is not None)
+        return total
+
+
+def split_attention(module, query, key, value, attention_mask: SplitLayout, dropout=0.0, scaling=None, **kwargs):
+    """Attention over packed rows without a row mask: per row, the prompt causally over itself, then the group's
+    completions as a batch over [prompt keys; own keys] with a lower-right causal mask. Positions outside both
+    (padding) get zeros: they are never scored. Grouped-query heads are folded into the query length, so keys and
+    values are never repeated. Returns (rows, L, heads, dim), as transformers' attention functions do."""
+    layout = attention_mask
+    rows, heads, length, dim = query.shape
+    kv_heads = key.size(1)
+    repeat = heads // kv_heads
+    outputs = []
+    for r, row in enumerate(layout.rows):
+        start, prefix = row.start, layout.prefix
+        parts = [query.new_zeros(start, heads, dim)]
+        if prefix > start:
+            q, k, v = (t[r : r + 1, :, start:prefix] for t in (query, key, value))
+            out = F.scaled_dot_product_attention(
+                q, k, v, dropout_p=dropout, scale=scaling, is_causal=True, enable_gqa=repeat > 1
+            )
+            parts.append(out[0].transpose(0, 1))
+        covered = prefix
+        if row.index is not None:
+            group, width = row.index.shape
+            q = query[r][:, row.index].transpose(0, 1)  # (G, heads, R, dim)
+            q = q.reshape(group, kv_heads, repeat * width, dim)  # query heads of one KV head in a row
+            k, v = (
+                torch.cat(
+                    [t[r : r + 1, :, start:prefix].expand(group, -1, -1, -1), t[r][:, row.index].transpose(0, 1)], 2
+                )
+                for t in (key, value)
+            )
+            mask = row.mask.repeat(repeat, 1)  # the query heads of a KV head follow each other along the length
+            out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout, scale=scaling)
+            out = out.reshape(group, heads, width, dim).transpose(1, 2)[row.keep]  # (S, heads, dim)
+            parts.append(out)
+            covered += len(out)
+        parts.append(query.new_zeros(length - covered, heads, dim))
+        outputs.append(torch.cat(parts))
+    return torch.stack(outputs), None
+
+
+def packed_mask_bytes(packed: PackedGroups, attention: Attention) -> int:
+    """Bytes of what the layers get as their mask for ``attention``: the dense (rows, 1, L, L) booleans, the block
+    mask's tensors, or the split layout's index tensors and per-row completion masks."""
+    mask = packed.attention_inputs(attention)
+    if attention == "split":
+        return mask["full_attention"].nbytes()
+    tensors = mask["full_attention"].as_tuple() if attention == "flex" else [mask]
+    return sum(t.numel() * t.element_size() for t in tensors if isinstance(t, torch.Tensor))
+
+
+def install_packed_attention(implementation: str) -> None:
+    """Route attention calls whose mask is a ``SplitLayout`` to ``split_attention`` and a FlexAttention
+    ``BlockMask`` to transformers' flex attention; every other call goes to ``implementation``'s function as before.
+    The model keeps its implementation, so a layer recomputed in the backward (activation checkpointing, after the
+    packed forward has returned) dispatches the same way. Idempotent; process-wide, as transformers' registry is."""
+    from transformers import AttentionInterface
+    from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
+
+    original = ALL_ATTENTION_FUNCTIONS[implementation]
+    if getattr(original, "packed_original", None):
+        return
+
+    def attention(module, query, key, value, attention_mask, *args, **kwargs):
+        if isinstance(attention_mask, SplitLayout):
+            return split_attention(module, query, key, value, attention_mask, *args, **kwargs)
+        if type(attention_mask).__name__ == "BlockMask":
+            from transformers.integrations.flex_attention import flex_attention_forward
+
+            kwargs.pop("dropout", None)  # 0.0 here (flex takes none); sliding windows are refused before
+            return flex_attention_forward(module, query, key, value, attention_mask, *args, **kwargs)
+        return original(module, query, key, value, attention_mask, *args, **kwargs)
+
+    attention.packed_original = original
+    AttentionInterface.register(implementation, attention)
 
 
 def attends(q, kv, q_segment, kv_segment, kv_valid):
@@ -139,6 +287,7 @@ def pack_groups(
     valid = torch.zeros((len(members), length), dtype=torch.bool, device=device)
     labels = torch.full((len(members), length), -100, dtype=input_ids.dtype, device=device)
     source, target = [], []
+    spans: list[list[tuple[int, int]]] = [[] for _ in members]
     for g, rows in enumerate(members):
         first = rows[0]
         ids[g, :prefix] = prompt_ids[first, start : prompt_len - 1]
@@ -157,6 +306,7 @@ def pack_groups(
             valid[g, span] = torch.cat([prompt_mask[row, -1:], completion_mask[row, : n - 1]])
             labels[g, span] = completion_ids[row, :n].masked_fill(~completion_mask[row, :n], -100)
             keep = completion_mask[row, :n].nonzero().squeeze(1)
+            spans[g].append((offset, n))
             source.append(g * length + offset + keep)
             target.append(row * logits_to_keep + keep)
             offset += n
@@ -170,6 +320,8 @@ def pack_groups(
         source=torch.cat(source) if source else empty,
         target=torch.cat(target) if target else empty,
         batch_shape=(batch, logits_to_keep),
+        prefix=prefix,
+        spans=spans,
     )
 
 

@@ -479,7 +479,8 @@ def train(
     (output_dir / "reward_stats.json").write_text(json.dumps(reward_stats, indent=2))
     shared_prefix = {"enabled": script_args.shared_prefix_training}
     if script_args.shared_prefix_training:
-        shared_prefix |= {"active": trainer.shared_prefix_active, "off_because": trainer.shared_prefix_reason}
+        shared_prefix |= {"active": trainer.shared_prefix_active, "off_because": trainer.shared_prefix_reason,
+                          "attention": trainer.shared_prefix_attention}  # fmt: skip
     (output_dir / "shared_prefix.json").write_text(json.dumps(shared_prefix, indent=2))
     (output_dir / "log_history.json").write_text(json.dumps(trainer.state.log_history, indent=2))
     logger.info("final model in %s; stage timings %s", final_dir, timers.seconds)

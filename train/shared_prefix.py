@@ -27,7 +27,7 @@ import logging
 from typing import Literal
 
 import torch
-from memstate.train.packing import FLEX_BLOCK, Unsupported, attention_as, pack_groups, prompt_groups
+from memstate.train.packing import FLEX_BLOCK, Unsupported, install_packed_attention, pack_groups, prompt_groups
 from trl import GRPOTrainer
 from trl.trainer.utils import split_tensor_dict
 
@@ -41,9 +41,10 @@ MASKED_ATTENTION = ("sdpa", "eager")
 # stock path only by summation order; 16-bit activations round differently when the prompt is encoded once.
 CHECK_TOLERANCE = {torch.float32: 1e-4, torch.bfloat16: 2e-2, torch.float16: 1e-2}
 CheckMode = Literal["off", "logps", "gradients"]
-# How the packed rows' attention pattern reaches the kernel: a dense (L x L) boolean mask for SDPA / eager, or a
-# FlexAttention BlockMask (per 128 x 128 block: empty, full or partial) that lets the kernel skip the empty blocks.
-Attention = Literal["dense", "flex"]
+# How the packed rows' attention pattern reaches the kernel (train/packing.py): a dense (L x L) boolean mask for SDPA /
+# eager; a FlexAttention BlockMask that lets the kernel skip the empty blocks; or split, the prompt and the
+# completions in separate SDPA calls with no row mask. "auto": flex on CUDA where torch has it, split elsewhere.
+Attention = Literal["auto", "dense", "flex", "split"]
 
 
 def group_contiguous(batches: list[dict]) -> list[dict]:
@@ -84,7 +85,9 @@ class SharedPrefixGRPOTrainer(GRPOTrainer):
     (mean |Δ| over completion tokens ≤ ``check_tolerance``, by default ``CHECK_TOLERANCE`` of the compute dtype);
     ``"gradients"`` also compares the parameter gradients of a random linear function of those log-probs on the
     first chunk with gradients enabled (not under DeepSpeed, whose partitioned parameters have no plain ``.grad``);
-    ``"off"`` trusts the packing. Any failed check switches every rank to TRL's path for the rest of the run.
+    ``"off"`` trusts the packing. A failed check of the flex or split path (a mismatch, or a kernel failing to
+    compile or run) switches every rank to the dense mask and checks again; a failed dense check switches every rank
+    to TRL's path for the rest of the run.
     """
 
     def __init__(
@@ -93,20 +96,26 @@ class SharedPrefixGRPOTrainer(GRPOTrainer):
         check: CheckMode = "logps",
         check_tolerance: float | None = None,
         on_failure: Literal["fallback", "fail"] = "fallback",
-        attention: Attention = "dense",
+        attention: Attention = "auto",
         **kwargs,
     ):
         super().__init__(*args, **kwargs)
-        self.shared_prefix_attention = attention
         self.shared_prefix_mask: str | None = None
         self.shared_prefix_tolerance = check_tolerance
         self.shared_prefix_on_failure = on_failure
         self.shared_prefix_reason = None
+        self._check = check
         self._logps_checked = check == "off"
         self._gradients_checked = check != "gradients"
-        reason = unsupported_model_reason(self.accelerator.unwrap_model(self.model), attention)
+        self.shared_prefix_attention = resolve_attention(attention, self.accelerator.device)
+        bare = self.accelerator.unwrap_model(self.model)
+        reason = unsupported_model_reason(bare, self.shared_prefix_attention)
+        if reason and self.shared_prefix_attention != "dense" and not unsupported_model_reason(bare, "dense"):
+            self.to_dense(reason)
+        reason = unsupported_model_reason(bare, self.shared_prefix_attention)
         if reason:
             self.disable_shared_prefix(reason)
+        logger.info("shared-prefix training: %s", self.shared_prefix_attention if self.shared_prefix_active else "off")
 
     @property
     def shared_prefix_active(self) -> bool:
@@ -127,6 +136,17 @@ class SharedPrefixGRPOTrainer(GRPOTrainer):
             "shared-prefix training off for the rest of the run: %s; TRL's per-completion path now encodes each prompt "
             "%d times per group (more memory and time per micro-batch)", reason, self.args.num_generations,
         )  # fmt: skip
+
+    def to_dense(self, reason: str) -> None:
+        """Leave the flex or split path for the dense mask (exact too, more memory and time at long lengths), checked
+        anew."""
+        logger.error(
+            "shared-prefix training: %s attention off (%s); the dense mask from here on",
+            self.shared_prefix_attention, reason,
+        )  # fmt: skip
+        self.shared_prefix_attention = "dense"
+        self._logps_checked = self._check == "off"
+        self._gradients_checked = self._check != "gradients"
 
     def _prepare_inputs(self, generation_batch):
         buffered = self._buffered_inputs
@@ -176,25 +196,27 @@ class SharedPrefixGRPOTrainer(GRPOTrainer):
         return torch.cat(logps), (torch.cat(entropies) if compute_entropy else None), None
 
     def shared_prefix_logps(self, model, input_ids, attention_mask, logits_to_keep, compute_entropy):
-        # torch has no FlexAttention backward on CPU: there the gradient pass keeps the dense mask, and the old-policy
-        # and reference forwards (no gradient) take the block mask.
-        on_cpu = input_ids.device.type == "cpu"
-        flex = self.shared_prefix_attention == "flex" and not (on_cpu and torch.is_grad_enabled())
-        self.shared_prefix_mask = "flex" if flex else "dense"  # what the last packed forward used
+        attention = self.shared_prefix_attention
+        if attention == "flex" and input_ids.device.type == "cpu":
+            if torch.is_grad_enabled():
+                attention = "split"  # torch has no FlexAttention backward on CPU; split is exact with stock SDPA
+            else:
+                static_flex_on_cpu()
+        self.shared_prefix_mask = attention  # what the last packed forward used
         packed = pack_groups(input_ids, attention_mask, logits_to_keep, self._tokenizer.pad_token_id,
-                             FLEX_BLOCK if flex else 1)  # fmt: skip
+                             FLEX_BLOCK if attention == "flex" else 1)  # fmt: skip
         bare = self.accelerator.unwrap_model(model)
-        if flex:
-            mask = packed.block_mask()
+        mask = packed.attention_inputs(attention)
+        if attention != "dense":
+            install_packed_attention(attention_implementation(bare))
         else:
-            mask = packed.attention_mask
             if attention_implementation(bare) == "eager":
                 # eager attention adds the mask to the scores: 0 where allowed, the dtype's minimum elsewhere
                 dtype = next(model.parameters()).dtype
                 mask = torch.zeros(mask.shape, dtype=dtype, device=mask.device).masked_fill(
                     ~mask, torch.finfo(dtype).min
                 )
-        with self.accelerator.autocast(), attention_as(bare, "flex_attention" if flex else None):
+        with self.accelerator.autocast():
             outputs = model(
                 input_ids=packed.input_ids,
                 attention_mask=mask,
@@ -217,8 +239,10 @@ class SharedPrefixGRPOTrainer(GRPOTrainer):
                 reference, _, _ = stock(model, input_ids, attention_mask, logits_to_keep)
                 try:
                     packed, _ = self.shared_prefix_logps(model, input_ids, attention_mask, logits_to_keep, False)
-                except Unsupported as e:
-                    failures.append(str(e))
+                except Exception as e:  # a flex or split kernel that does not compile or run here: dense next
+                    if not isinstance(e, Unsupported) and self.shared_prefix_attention == "dense":
+                        raise
+                    failures.append(f"{type(e).__name__}: {e}")
                 else:
                     diff = (packed - reference).abs()[completion_mask]
                     mean = diff.mean().item() if diff.numel() else 0.0
@@ -231,13 +255,23 @@ class SharedPrefixGRPOTrainer(GRPOTrainer):
                         failures.append(f"log-probs differ from TRL's by mean |Δ| {mean:.2e} > {tolerance:.0e}")
             self._logps_checked = True
         if not self._gradients_checked and torch.is_grad_enabled() and not failures:
-            failures += self.gradient_check(model, input_ids, attention_mask, logits_to_keep, completion_mask)
+            try:
+                failures += self.gradient_check(model, input_ids, attention_mask, logits_to_keep, completion_mask)
+            except Exception as e:  # a flex or split backward failing to compile or run here
+                if self.shared_prefix_attention == "dense":
+                    raise
+                failures.append(f"{type(e).__name__}: {e}")
             self._gradients_checked = True
         failed = torch.tensor([float(bool(failures))], device=self.accelerator.device)
-        if self.accelerator.gather(failed).max().item() > 0:
-            self.disable_shared_prefix("first-use check failed: " + ("; ".join(failures) or "on another rank"))
-            return False
-        return True
+        if self.accelerator.gather(failed).max().item() == 0:
+            return True
+        reason = "first-use check failed: " + ("; ".join(failures) or "on another rank")
+        bare = self.accelerator.unwrap_model(model)
+        if self.shared_prefix_attention != "dense" and not unsupported_model_reason(bare, "dense"):
+            self.to_dense(reason)
+            return self.first_use_check(model, input_ids, attention_mask, logits_to_keep)
+        self.disable_shared_prefix(reason)
+        return False
 
     def gradient_check(self, model, input_ids, attention_mask, logits_to_keep, completion_mask) -> list[str]:
         if self.is_deepspeed_enabled:
@@ -275,6 +309,28 @@ def attention_implementation(model) -> str:
     return getattr(model.config, "_attn_implementation", None) or "eager"
 
 
+def static_flex_on_cpu() -> None:
+    """Compile flex attention for each new length instead of once for all lengths: inductor's CPU code for the
+    dynamic-shape flex kernel does not compile (torch 2.13: "cur_kvSplitSize8 was not declared"), the static one does.
+    Process-wide, and only on CPU runs, where nothing else compiles."""
+    import torch._dynamo
+
+    if torch._dynamo.config.automatic_dynamic_shapes:
+        torch._dynamo.config.automatic_dynamic_shapes = False
+        logger.info("shared-prefix flex on CPU: flex attention compiled per length (no dynamic shapes)")
+
+
+def resolve_attention(attention: Attention, device: torch.device) -> Literal["dense", "flex", "split"]:
+    """``auto``: flex where its kernel runs the whole pass (CUDA, a torch with FlexAttention), else split.
+
+    >>> resolve_attention("auto", torch.device("cpu")), resolve_attention("flex", torch.device("cpu"))
+    ('split', 'flex')
+    """
+    if attention != "auto":
+        return attention
+    return "flex" if device.type == "cuda" and flex_unavailable() is None else "split"
+
+
 def flex_unavailable() -> str | None:
     """Why FlexAttention cannot run here (torch without it), or None."""
     try:
@@ -287,13 +343,13 @@ def flex_unavailable() -> str | None:
 def unsupported_model_reason(model, attention: Attention = "dense") -> str | None:
     """Why the packed path cannot run on this model, or None."""
     implementation = attention_implementation(model)
-    if attention == "flex":
-        # the packed forward switches the layers to flex attention itself, whatever the model was loaded with
-        reason = flex_unavailable()
-        if reason:
-            return reason
-    elif implementation not in MASKED_ATTENTION:
+    if attention == "dense" and implementation not in MASKED_ATTENTION:
         return f"attention implementation {implementation!r} takes no custom 4-D mask (supported: sdpa, eager)"
+    if attention != "dense" and implementation == "eager":
+        # flex and split are routed in front of the model's kernel in transformers' registry, which eager is not in
+        return f"{attention} attention routes through transformers' attention registry: load the model with sdpa"
+    if attention == "flex" and flex_unavailable():
+        return flex_unavailable()
     text = model.config.get_text_config()
     if "sliding_attention" in (getattr(text, "layer_types", None) or []):
         return "the model has sliding-window layers, which a custom 4-D mask would override"

@@ -8,7 +8,8 @@ backward of a weighted sum of the completion tokens' log-probs: what GRPO's loss
 - ``stock``: TRL's layout, G rows of P + R tokens, the model's own kernel (``stock_sdpa``; ``stock_flash`` too where
   flash-attn is installed);
 - ``dense``: one packed row of P + G·R tokens (``memstate.train.packing``) with the dense (L x L) mask, sdpa;
-- ``flex``: the same row with a FlexAttention block mask.
+- ``flex``: the same row with a FlexAttention block mask;
+- ``split``: the same row, the prompt and the completions in separate SDPA calls with no row mask.
 
 Each: seconds per pass (median of ``--repeats`` after a warm-up), peak GPU memory, the mask's bytes, and for
 dense and flex the mean and max |Δ log-prob| against stock (without gradients, bf16). JSON to
@@ -30,7 +31,7 @@ import time
 from pathlib import Path
 
 import torch
-from memstate.train.packing import FLEX_BLOCK, attention_as, pack_groups
+from memstate.train.packing import FLEX_BLOCK, attention_as, install_packed_attention, pack_groups, packed_mask_bytes
 from transformers import Qwen3Config, Qwen3ForCausalLM
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -42,6 +43,7 @@ QWEN3_4B = dict(
     head_dim=128, vocab_size=151936, rope_theta=5_000_000.0, rms_norm_eps=1e-6, tie_word_embeddings=True,
     max_position_embeddings=32768,
 )  # fmt: skip
+PACKED = ("dense", "flex", "split")
 TINY = dict(
     hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
     head_dim=16, vocab_size=512, tie_word_embeddings=True, max_position_embeddings=4096,
@@ -64,22 +66,19 @@ def stock_logps(model, input_ids, completion_len: int, implementation: str) -> t
     return completion_logps(model, hidden, rows, input_ids[:, -completion_len:].reshape(-1)).view(group, -1)
 
 
-def packed_logps(model, input_ids, completion_len: int, flex: bool) -> tuple[torch.Tensor, int]:
-    """The shared-prefix layout: (G, R) log-probs, and the mask's bytes."""
-    attention_mask = torch.ones_like(input_ids)
-    packed = pack_groups(input_ids, attention_mask, completion_len, 0, FLEX_BLOCK if flex else 1)
-    if flex:
-        mask = packed.block_mask()
-        nbytes = sum(t.numel() * t.element_size() for t in mask.as_tuple() if isinstance(t, torch.Tensor))
-    else:
-        mask = packed.attention_mask
-        nbytes = mask.numel() * mask.element_size()
-    with attention_as(model, "flex_attention" if flex else "sdpa"):
-        hidden = model.model(input_ids=packed.input_ids, attention_mask=mask, position_ids=packed.position_ids)
+def packed_logps(model, input_ids, completion_len: int, attention: str) -> tuple[torch.Tensor, int]:
+    """The shared-prefix layout with ``attention`` (dense, flex or split): (G, R) log-probs, and the mask's bytes."""
+    packed = pack_groups(
+        input_ids, torch.ones_like(input_ids), completion_len, 0, FLEX_BLOCK if attention == "flex" else 1
+    )
+    if attention != "dense":
+        install_packed_attention("sdpa")
+    mask = packed.attention_inputs(attention)
+    hidden = model.model(input_ids=packed.input_ids, attention_mask=mask, position_ids=packed.position_ids)
     labels = packed.shift_labels.reshape(-1)[packed.source]
     logps = completion_logps(model, hidden.last_hidden_state, packed.source, labels)
     out = logps.new_zeros(packed.batch_shape[0] * packed.batch_shape[1]).scatter(0, packed.target, logps)
-    return out.view(packed.batch_shape), nbytes
+    return out.view(packed.batch_shape), packed_mask_bytes(packed, attention)
 
 
 def measure(run, repeats: int, device: torch.device) -> dict:
@@ -117,8 +116,8 @@ def check_setting(model, prompt_len: int, completion_len: int, group: int, repea
     paths: dict[str, dict] = {}
     with torch.no_grad():
         reference = stock_logps(model, input_ids, completion_len, "sdpa")
-        for name, flex in (("dense", False), ("flex", True)):
-            logps, nbytes = packed_logps(model, input_ids, completion_len, flex)
+        for name in PACKED:
+            logps, nbytes = packed_logps(model, input_ids, completion_len, name)
             diff = (logps - reference).abs()
             paths[name] = {"mask_bytes": nbytes, "logp_mean_abs_diff": diff.mean().item(),
                            "logp_max_abs_diff": diff.max().item()}  # fmt: skip
@@ -138,13 +137,13 @@ def check_setting(model, prompt_len: int, completion_len: int, group: int, repea
         run = training_pass(lambda implementation=implementation: stock_logps(model, input_ids, completion_len,
                                                                             implementation))  # fmt: skip
         paths[name] = {"mask_bytes": 0, **measure(run, repeats, device)}
-    for name, flex in (("dense", False), ("flex", True)):
-        backward = backward_flex or not flex
-        run = training_pass(lambda flex=flex: packed_logps(model, input_ids, completion_len, flex)[0], backward)
+    for name in PACKED:
+        backward = backward_flex or name != "flex"
+        run = training_pass(lambda name=name: packed_logps(model, input_ids, completion_len, name)[0], backward)
         paths[name] |= {**measure(run, repeats, device), "pass": "forward+backward" if backward else "forward"}
     stock = paths["stock_sdpa"]
     # ratios only between passes of the same kind (a forward-only flex pass on CPU has none)
-    same = [name for name in ("dense", "flex") if paths[name]["pass"] == "forward+backward"]
+    same = [name for name in PACKED if paths[name]["pass"] == "forward+backward"]
     ratios = {f"time_ratio_{n}": round(stock["seconds"] / paths[n]["seconds"], 2) for n in same}
     if stock["peak_mib"]:
         ratios |= {f"memory_ratio_{n}": round(stock["peak_mib"] / paths[n]["peak_mib"], 2) for n in same}

@@ -11,13 +11,17 @@
 ``answer_kind``: the option letter (or option text) for closed sets → {0, 1}; SQuAD token F1 for free text.
 
 A judgement is ``None`` when the responder could not answer that prompt (HTTP backend, retries exhausted).
+
+``responder_request`` is the one description of a call: what is sent and what the reply is scored against. The
+judgements send it, and the baseline cache (``reward/cache.py``) hashes it as the key, so a change to the prompt, the
+scored continuations or the decoding changes the key with it.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
-from memstate.reward.score import choice_score, continuation_probability, f1_score, option_probability
+from memstate.reward.score import compute_score, continuation_probability, option_probability
 
 from memstate.prompts import responder_messages
 from memstate.responder import Responder
@@ -25,6 +29,41 @@ from memstate.schema import Instance, option_letters
 
 MODES = ("likelihood", "exact")
 EXACT_MAX_NEW_TOKENS = 16  # a letter, or a short free answer
+
+
+@dataclass(frozen=True)
+class ResponderRequest:
+    """One responder call for (instance, rules): the chat ``messages``; in likelihood mode the scored
+    ``continuations``, in exact mode greedy decoding of at most ``max_new_tokens``; the ``reference`` the reply is
+    scored against (not sent, yet it decides the score)."""
+
+    mode: str
+    messages: list[dict]
+    reference: str
+    continuations: list[str] | None = None
+    max_new_tokens: int | None = None
+
+    def key(self) -> dict:
+        """Everything the judgement depends on besides the responder, as the cache hashes it."""
+        request: dict = {"mode": self.mode, "messages": self.messages, "reference": self.reference}
+        if self.mode == "likelihood":
+            request["continuations"] = self.continuations
+        else:
+            request["decoding"] = {"greedy": True, "max_new_tokens": self.max_new_tokens}
+        return request
+
+
+def responder_request(instance: Instance, rules: tuple[str, ...] | None, mode: str) -> ResponderRequest:
+    """The call that scores ``instance`` answered with ``rules`` (None: the no-state baseline prompt)."""
+    if mode not in MODES:
+        raise ValueError(f"unknown score mode {mode!r}; expected one of {list(MODES)}")
+    closed = bool(instance.candidates)
+    request = ResponderRequest(
+        mode, responder_messages(instance, rules), instance.answer_letter if closed else instance.answer
+    )
+    if mode == "likelihood":
+        return replace(request, continuations=option_letters(len(instance.candidates)) if closed else [instance.answer])
+    return replace(request, max_new_tokens=EXACT_MAX_NEW_TOKENS)
 
 
 @dataclass(frozen=True)
@@ -51,9 +90,8 @@ def judge(
 def likelihood_judgements(
     responder: Responder, instances: list[Instance], rules: list[tuple[str, ...] | None]
 ) -> list[Judgement | None]:
-    prompts = [responder_messages(inst, r) for inst, r in zip(instances, rules, strict=True)]
-    continuations = [option_letters(len(i.candidates)) if i.candidates else [i.answer] for i in instances]
-    results = responder.answer_logprob(prompts, continuations)
+    requests = [responder_request(inst, r, "likelihood") for inst, r in zip(instances, rules, strict=True)]
+    results = responder.answer_logprob([q.messages for q in requests], [q.continuations for q in requests])
     judgements: list[Judgement | None] = []
     for inst, lps in zip(instances, results, strict=True):
         if lps is None:
@@ -72,17 +110,13 @@ def likelihood_judgements(
 def exact_judgements(
     responder: Responder, instances: list[Instance], rules: list[tuple[str, ...] | None]
 ) -> list[Judgement | None]:
-    prompts = [responder_messages(inst, r) for inst, r in zip(instances, rules, strict=True)]
-    answers = responder.answer(prompts, max_new_tokens=EXACT_MAX_NEW_TOKENS)
+    requests = [responder_request(inst, r, "exact") for inst, r in zip(instances, rules, strict=True)]
+    answers = responder.answer([q.messages for q in requests], max_new_tokens=EXACT_MAX_NEW_TOKENS)
     judgements: list[Judgement | None] = []
-    for inst, text in zip(instances, answers, strict=True):
+    for inst, request, text in zip(instances, requests, answers, strict=True):
         if text is None:
             judgements.append(None)
             continue
-        if inst.candidates:
-            score = choice_score(text, inst.answer_letter, inst.candidates)
-            judgements.append(Judgement(score, score == 1.0, text.strip()))
-        else:
-            score = f1_score(text, inst.answer)
-            judgements.append(Judgement(score, score == 1.0, text.strip()))
+        score = compute_score(text, request.reference, inst.candidates)
+        judgements.append(Judgement(score, score == 1.0, text.strip()))
     return judgements
