@@ -22,11 +22,12 @@ import tempfile
 import time
 from pathlib import Path
 
-from memstate.data_build import fever
 from memstate.data_build.build import DataConfig, FeverConfig, build_data
 from memstate.data_build.personamem import read_personamem
-from memstate.data_build.records import SkipLog
 from results_io import report
+
+from memstate.sources import fever as fever_source
+from memstate.sources.skips import SkipLog
 
 ROOT = Path(__file__).resolve().parents[1]
 FULL_DUMP_LINES = 5_416_537  # pages in FEVER's wiki-pages dump
@@ -121,7 +122,7 @@ def main() -> None:
         # The wiki scan alone: every page is read; only the cited ones are parsed.
         wanted = {f"Page_{n}" for n in range(0, args.wiki_lines, 7)}
         start = time.perf_counter()
-        fever.scan_wiki(src / "wiki-pages", wanted, SkipLog(), progress=False)
+        fever_source.scan_wiki(src / "wiki-pages", wanted, SkipLog(), progress=False)
         scan_s = time.perf_counter() - start
 
         config = DataConfig(

@@ -19,13 +19,14 @@ from pathlib import Path
 from datasets import Dataset, DatasetDict, Features, List, Value, disable_progress_bars
 from memstate.data_build.conflict import CONFLICT_PERSPECTIVES, ClaimPool, InstanceOptions, claim_instances
 from memstate.data_build.probe import check_probes, run_probes
-from memstate.data_build.records import DataError, EvidenceClaim, SkipLog, SourceRead
+from memstate.data_build.records import EvidenceClaim, SourceRead
 from memstate.data_build.splits import DEFAULT_RATIOS, assign_splits, check_ratios
 
 from memstate.data import SPLITS
 from memstate.errors import ConfigError, InputNotFound
 from memstate.parsing import read_yaml
 from memstate.schema import Instance, stable_id
+from memstate.sources.skips import DataError, SkipLog
 
 logger = logging.getLogger("memstate.data_build")
 PROJECT_ROOT = Path(__file__).resolve().parents[1]

@@ -1,16 +1,9 @@
 """PersonaMem questions + shared contexts → preference Instances (multiple choice over a user's chat history).
 
-Input format, as released:
-
-- ``questions_{32k,128k,1M}.csv``: one multiple-choice question per row, read by header name (column order may
-  vary and extra columns are ignored). Used columns: ``persona_id``, ``question_id``, ``question_type``, ``topic``,
-  ``user_question_or_message``, ``correct_answer`` (``"(b)"``), ``all_options`` (a Python- or JSON-list literal
-  ``"['(a) …', '(b) …']"``), ``shared_context_id`` and ``end_index_in_shared_context``. CRLF line endings,
-  quoted commas and quoted newlines occur; rows are located by the physical line they start on (header = line 1).
-- ``shared_contexts_*.jsonl``: one context per line, ``{"<shared_context_id>": [{"role", "content"}, …]}``. The
-  history of a question is the first ``end_index_in_shared_context`` messages of its context (as the official
-  evaluation slices it). The file can be several GB: it is streamed and only the referenced contexts are kept. It
-  is parsed by the core reader, ``memstate.personamem``, which ``memory`` ingests it with too.
+The files (``questions_*.csv``, ``shared_contexts_*.jsonl``) are read and validated by the core reader,
+``memstate.sources.personamem`` (the format is described there), which ``memory`` ingests the contexts with too. The
+history of a question is the first ``end_index_in_shared_context`` messages of its context (as the official
+evaluation slices it); of the (large) contexts file only the referenced contexts are kept.
 
 Per question, the facts are user turns of its history (system and assistant turns dropped, ``User:`` prefixes
 stripped, repeated texts kept once at their latest turn):
@@ -67,9 +60,7 @@ contexts file is scanned; rows whose context is missing are reported after the s
 
 from __future__ import annotations
 
-import ast
 import bisect
-import csv
 import hashlib
 import random
 import re
@@ -77,36 +68,18 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 import numpy as np
-from memstate.data_build.records import (
-    SKIP_DUPLICATE,
-    SKIP_INVALID,
-    SKIP_NO_HISTORY,
-    SKIP_UNRESOLVED,
-    DataError,
-    SkipLog,
-    SourceRead,
-)
+from memstate.data_build.records import SourceRead
 from memstate.memory.relation_rule import RELATION_RULE_VERSION, Said, relate, stance_kinds
 
-from memstate.embedding import load_sentence_transformer
-from memstate.personamem import ContextError, SharedContext, SharedContextFile, remove_speaker_tag
+from memstate.embedding import Embedder, SharedSentenceEmbedder
 from memstate.schema import Fact, Instance, Relation, option_letters, stable_id
+from memstate.sources.personamem import ContextError, QuestionRow, SharedContext, SharedContextFile, read_questions
+from memstate.sources.skips import SKIP_DUPLICATE, SKIP_INVALID, SKIP_NO_HISTORY, SKIP_UNRESOLVED, SkipLog
 
 SOURCE = "personamem"
-REQUIRED_COLUMNS = (
-    "persona_id",
-    "question_id",
-    "question_type",
-    "topic",
-    "user_question_or_message",
-    "correct_answer",
-    "all_options",
-    "shared_context_id",
-    "end_index_in_shared_context",
-)
 # PersonaMem question type → memstate task. The three preference-state types map onto the design's preference
 # tasks: "acknowledge latest" and "aligned recommendations" both need the *current* preference
 # (preference_current), "track full evolution" needs the whole history (preference_history), "revisit reasons"
@@ -141,9 +114,6 @@ SUPERSEDED_OPTION_FLOOR = 0.3
 # Not structural, so it never stops a strict build. (A candidate for memstate.data_build.records.)
 EMBED_BATCH = 128
 
-_OPTION_PREFIX = re.compile(r"^\s*\(([A-Za-z])\)\s*")
-_ANSWER = re.compile(r"^\(?([A-Za-z])\)?$")
-_INT = re.compile(r"^[0-9]+$")
 _FIRST_PERSON = r"\b(?:i|i'm|i've|we|we're|we've)\s+"
 _LIKING_VERB = (
     r"(?:lov(?:e|es|ed|ing)|lik(?:e|es|ed|ing)|enjoy(?:s|ed|ing)?|prefer(?:s|red|ring)?|ador(?:e|es|ed|ing)|"
@@ -169,40 +139,6 @@ _EXPERIENCE = re.compile(
     _FIRST_PERSON + r"(?:[\w']+\s+){0,2}" + _EVENT_VERB + r"|\b(?:last (?:week|weekend|month|year|night|summer|"
     r"winter|spring|autumn)|yesterday|recently|(?:days|weeks|months|years) ago)\b"
 )
-
-
-class Embedder(Protocol):
-    """What ``read_personamem`` needs from an embedder: sentence-transformers' ``encode``."""
-
-    def encode(self, sentences: list[str], **kwargs: Any) -> Any: ...
-
-
-class _BadRecord(ValueError):
-    """A row or line that breaks PersonaMem's format; the message names the column or field."""
-
-    def __init__(self, reason: str, kind: str = SKIP_INVALID) -> None:
-        super().__init__(reason)
-        self.kind = kind
-
-
-@dataclass(frozen=True)
-class QuestionRow:
-    """A well-formed question row, before its context is looked up."""
-
-    line: int  # physical line the row starts on; the header is line 1
-    persona_id: str
-    question_id: str
-    question_type: str
-    topic: str
-    question: str
-    options: tuple[str, ...]  # option texts without their "(a) " prefixes
-    answer: str  # option letter, uppercase
-    context_id: str
-    end_index: int
-
-    @property
-    def instance_id(self) -> str:
-        return stable_id(SOURCE, self.question_id, self.context_id)
 
 
 @dataclass
@@ -233,161 +169,6 @@ def fact_kind(text: str) -> str:
     return "fact"
 
 
-def parse_options(value: str) -> tuple[str, ...]:
-    """The ``all_options`` literal → option texts without their ``(a) `` prefixes. Raises ``_BadRecord``.
-
-    >>> parse_options('[\\'(a) Yes, "really"\\', "(b) No, it\\'s fine"]')
-    ('Yes, "really"', "No, it's fine")
-    """
-    try:
-        items = ast.literal_eval(value.strip())
-    except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError) as e:
-        raise _BadRecord(f"column 'all_options' is not a list literal ({type(e).__name__}: {e})") from None
-    if not isinstance(items, (list, tuple)) or len(items) < 2:
-        raise _BadRecord(f"column 'all_options' must be a list of at least 2 options, got {type(items).__name__}")
-    if len(items) > 26:
-        raise _BadRecord(f"column 'all_options' has {len(items)} options; at most 26 can be lettered")
-    texts = []
-    for i, (item, letter) in enumerate(zip(items, "abcdefghijklmnopqrstuvwxyz", strict=False)):
-        if not isinstance(item, str):
-            raise _BadRecord(f"column 'all_options' item {i + 1} is a {type(item).__name__}, expected a string")
-        m = _OPTION_PREFIX.match(item)
-        # The answer is given as a prefix letter, so a list whose prefixes are missing or out of order is ambiguous.
-        if not m or m.group(1).lower() != letter:
-            raise _BadRecord(f"column 'all_options' item {i + 1} does not start with '({letter})': {item[:40]!r}")
-        text = " ".join(item[m.end() :].split())
-        if not text:
-            raise _BadRecord(f"column 'all_options' item {i + 1} ('({letter})') has no text")
-        texts.append(text)
-    return tuple(texts)
-
-
-def parse_answer(value: str, n_options: int) -> str:
-    """``correct_answer`` (``"(b)"``; a bare ``"b"`` is accepted too) → ``"B"``. Raises ``_BadRecord``.
-
-    >>> parse_answer(" (b) ", 4)
-    'B'
-    """
-    m = _ANSWER.match(value.strip())
-    if not m:
-        raise _BadRecord(f"column 'correct_answer' is {value!r}, expected an option letter like '(b)'")
-    letter = m.group(1).upper()
-    letters = option_letters(n_options)
-    if letter not in letters:
-        raise _BadRecord(
-            f"column 'correct_answer' is {value!r} but 'all_options' has {n_options} options "
-            f"({letters[0]}–{letters[-1]})"
-        )
-    return letter
-
-
-def parse_row(line: int, header: Sequence[str], row: Sequence[str]) -> QuestionRow:
-    """Validate one CSV row (a list of fields, matched to ``header`` by name). Raises ``_BadRecord``."""
-    if len(row) != len(header):
-        missing = [c for c in header[len(row) :] if c in REQUIRED_COLUMNS]
-        detail = f": column(s) {', '.join(repr(c) for c in missing)} missing" if missing else ""
-        raise _BadRecord(f"row has {len(row)} fields but the header has {len(header)}{detail}")
-    values = dict(zip(header, row, strict=True))
-    empty = [c for c in REQUIRED_COLUMNS if not values[c].strip()]
-    if empty:
-        raise _BadRecord(f"column(s) {', '.join(repr(c) for c in empty)} empty")
-    qtype = values["question_type"].strip()
-    if qtype not in TASK_BY_QUESTION_TYPE:
-        raise _BadRecord(f"column 'question_type' is {qtype!r}, expected one of {sorted(TASK_BY_QUESTION_TYPE)}")
-    end = values["end_index_in_shared_context"].strip()
-    if not _INT.match(end) or int(end) < 1:
-        raise _BadRecord(f"column 'end_index_in_shared_context' is {end!r}, expected an integer ≥ 1")
-    options = parse_options(values["all_options"])
-    # The request keeps its line breaks (it is shown as is); a leading speaker tag is dropped like in the turns.
-    question = remove_speaker_tag(values["user_question_or_message"]).replace("\r\n", "\n").strip()
-    if not question:
-        raise _BadRecord("column 'user_question_or_message' holds only a speaker tag")
-    return QuestionRow(
-        line=line,
-        persona_id=values["persona_id"].strip(),
-        question_id=values["question_id"].strip(),
-        question_type=qtype,
-        topic=values["topic"].strip(),
-        question=question,
-        options=options,
-        answer=parse_answer(values["correct_answer"], len(options)),
-        context_id=values["shared_context_id"].strip(),
-        end_index=int(end),
-    )
-
-
-def read_questions(
-    path: Path, log: SkipLog, max_questions: int | None = None
-) -> tuple[list[QuestionRow], int, dict | None]:
-    """Read a questions CSV → (well-formed rows, rows read, stopped_at). Bad rows go to ``log``."""
-    file = str(path)
-    rows: list[QuestionRow] = []
-    seen: dict[tuple[str, str], int] = {}
-    n_read = 0
-    # newline="" lets csv handle CRLF and newlines inside quoted fields; utf-8-sig drops a BOM before the header.
-    with open(path, encoding="utf-8-sig", newline="") as f:
-        reader = csv.reader(f)
-        header = _read_header(reader, file)
-        line = reader.line_num + 1  # physical line the next row starts on
-        while True:
-            if max_questions is not None and len(rows) >= max_questions:
-                return rows, n_read, _stopped(file, line, max_questions, reader)
-            try:
-                row = next(reader)
-            except StopIteration:
-                break
-            except (csv.Error, UnicodeDecodeError) as e:
-                raise DataError(f"{file}:{line}: unreadable CSV ({type(e).__name__}: {e})") from None
-            n_read += 1
-            try:
-                if not any(field.strip() for field in row):
-                    raise _BadRecord("empty row")
-                rec = parse_row(line, header, row)
-                key = (rec.question_id, rec.context_id)
-                if key in seen:
-                    raise _BadRecord(
-                        f"column 'question_id' {rec.question_id!r} repeats line {seen[key]} (same shared_context_id)",
-                        SKIP_DUPLICATE,
-                    )
-                seen[key] = line
-                rows.append(rec)
-            except _BadRecord as e:
-                log.skip(file, line, str(e), e.kind, _row_id(header, row))
-            line = reader.line_num + 1
-    return rows, n_read, None
-
-
-def _read_header(reader: Any, file: str) -> list[str]:
-    try:
-        header = [h.strip() for h in next(reader)]
-    except StopIteration:
-        raise DataError(f"{file}:1: empty file, expected a header row") from None
-    except (csv.Error, UnicodeDecodeError) as e:
-        raise DataError(f"{file}:1: unreadable header ({type(e).__name__}: {e})") from None
-    missing = [c for c in REQUIRED_COLUMNS if c not in header]
-    dup = sorted({h for h in header if header.count(h) > 1})
-    if missing or dup:
-        what = f"missing column(s) {missing}" if missing else f"duplicate column(s) {dup}"
-        raise DataError(f"{file}:1: header has {what}; is this a PersonaMem questions file?")
-    return header
-
-
-def _stopped(file: str, line: int, max_questions: int, reader: Any) -> dict | None:
-    try:
-        next(reader)
-    except StopIteration:
-        return None  # the cap fell exactly at the end: nothing was left unread
-    except (csv.Error, UnicodeDecodeError):
-        pass
-    return {"file": file, "next_line": line, "reason": f"max_questions={max_questions} reached; later rows not read"}
-
-
-def _row_id(header: Sequence[str], row: Sequence[str]) -> str | None:
-    if "question_id" in header and header.index("question_id") < len(row):
-        return row[header.index("question_id")].strip() or None
-    return None
-
-
 def user_turns(context: SharedContext) -> Context:
     """The non-empty user turns of a context (speaker tags stripped, on one line), with their fact kinds."""
     turns = context.of_role("user")
@@ -401,10 +182,10 @@ def user_turns(context: SharedContext) -> Context:
 
 
 def read_contexts(path: Path, log: SkipLog, wanted: set[str]) -> tuple[dict[str, Context], int, int, str]:
-    """Stream a contexts JSONL (``memstate.personamem``) → (wanted contexts, lines read, lines parsed, sha256). Bad
-    lines go to ``log``: a repeated shared_context_id as a duplicate, any other as invalid. Every line that parses
-    counts as parsed, referenced or not, so the file balances as lines in = used + skipped; only the referenced ones
-    are kept (the 1M file does not fit in memory as messages)."""
+    """Stream a contexts JSONL (``memstate.sources.personamem``) → (wanted contexts, lines read, lines parsed,
+    sha256). Bad lines go to ``log``: a repeated shared_context_id as a duplicate, any other as invalid. Every line
+    that parses counts as parsed, referenced or not, so the file balances as lines in = used + skipped; only the
+    referenced ones are kept (the 1M file does not fit in memory as messages)."""
 
     def skip(e: ContextError) -> None:
         log.skip(e.file, e.line, e.detail, SKIP_DUPLICATE if e.duplicate else SKIP_INVALID)
@@ -419,12 +200,7 @@ def embed(embedder: Embedder, texts: Sequence[str]) -> np.ndarray:
     unique = list(dict.fromkeys(texts))
     if not unique:
         return np.zeros((0, 0), dtype=np.float32)
-    vecs = np.asarray(
-        embedder.encode(
-            unique, batch_size=EMBED_BATCH, convert_to_numpy=True, normalize_embeddings=True, show_progress_bar=False
-        ),
-        dtype=np.float32,
-    )
+    vecs = np.asarray(embedder.encode(unique), dtype=np.float32)
     # Normalize again: an embedder that ignores normalize_embeddings must still give cosines as dot products.
     vecs = vecs / np.maximum(np.linalg.norm(vecs, axis=1, keepdims=True), 1e-12)
     pos = {t: i for i, t in enumerate(unique)}
@@ -481,6 +257,7 @@ def build_instance(
     seed: int,
 ) -> Instance | None:
     """The Instance of one question, or None when its history holds no user turn."""
+    instance_id = stable_id(SOURCE, row.question_id, row.context_id)
     end = bisect.bisect_left(ctx.indices, row.end_index)  # user turns before end_index
     last: dict[str, int] = {}
     for k in range(end):
@@ -497,7 +274,7 @@ def build_instance(
     kept = sorted(_with_updates(gold | latest, drawn))
     edges = [e for e in drawn if {e[0], e[2]} <= set(kept)]
     outdated = {dst for _, rel, dst in edges if rel == "SUPERSEDES"}
-    picked = _distractors(row.instance_id, cand, order, kept, ctx.vectors, distractors, unlike_threshold, seed)
+    picked = _distractors(instance_id, cand, order, kept, ctx.vectors, distractors, unlike_threshold, seed)
     pos = {k: n for n, k in enumerate(kept)}
     kinds = stance_kinds(
         [(pos[a], rel, pos[b]) for a, rel, b in edges],
@@ -524,7 +301,7 @@ def build_instance(
     relations = tuple(Relation(fid[src], rel, fid[dst]) for src, rel, dst in edges)
     stale = superseded_options(option_vecs, row.answer, ctx.vectors[positions], [k in outdated for k in positions])
     return Instance(
-        id=row.instance_id,
+        id=instance_id,
         source=SOURCE,
         task=TASK_BY_QUESTION_TYPE[row.question_type],
         perspective="none",
@@ -627,8 +404,8 @@ def read_personamem(
 ) -> SourceRead:
     """Read one PersonaMem questions CSV and its shared contexts → ``SourceRead`` whose items are Instances.
 
-    ``embedder`` is anything with sentence-transformers' ``encode``; None is the packaged all-MiniLM-L6-v2 on the
-    CPU (``memstate.embedding.load_sentence_transformer``: loaded once per process, shared with ``memory``).
+    ``embedder`` is a ``memstate.embedding.Embedder``; None is the packaged all-MiniLM-L6-v2 on the CPU
+    (``memstate.embedding.SharedSentenceEmbedder``: loaded once per process, shared with ``memory``).
     ``max_questions`` stops reading the CSV after that many well-formed rows (``stopped_at``).
     """
     if max_facts < 1 or latest_mentions < 0:
@@ -647,7 +424,7 @@ def read_personamem(
     contexts, c_read, c_parsed, c_sha = read_contexts(c_path, log, wanted)
 
     rows_ok = _resolve(rows, contexts, q_file, log)
-    embedder = embedder if embedder is not None else load_sentence_transformer()
+    embedder = embedder if embedder is not None else SharedSentenceEmbedder(batch_size=EMBED_BATCH)
     # One encode call for every user turn of the used contexts, every question and every option: a context's turns
     # are embedded once however many questions it has.
     used_ids = list(dict.fromkeys(r.context_id for r in rows_ok))

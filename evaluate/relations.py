@@ -45,13 +45,13 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from memstate.memory.embed import Embedder
 from memstate.memory.extract import Extractor
 from memstate.memory.ingest import memsyco_sessions
 from memstate.memory.rule_extractor import topic
 from memstate.memory.store import MemoryStore
 
-from memstate.errors import InputError
+from memstate.embedding import Embedder
+from memstate.sources.memsyco import load_memsyco
 
 OUTDATED_MIN = 0.45
 CURRENT_MIN = 0.3
@@ -220,32 +220,11 @@ def _slice(spec: str) -> slice:
     return slice(int(a) if a else None, int(b) if b else None)
 
 
-def read_rows(path: str | Path) -> list[dict[str, Any]]:
-    """The rows of a MemSyco-Bench JSONL file (blank lines skipped); a line that is not a JSON object raises
-    ``InputError`` naming file and line. Rows of other tasks are kept (``relation_scores`` skips and counts them)."""
-    rows = []
-    try:
-        lines = Path(path).read_text(encoding="utf-8").splitlines()
-    except OSError as e:
-        raise InputError(f"{path}: cannot read: {e}") from None
-    for n, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
-        try:
-            row = json.loads(line)
-        except ValueError as e:
-            raise InputError(f"{path}:{n}: invalid JSON: {e}") from None
-        if not isinstance(row, dict):
-            raise InputError(f"{path}:{n}: a row must be a JSON object, got {type(row).__name__}")
-        rows.append(row)
-    return rows
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     from memstate.memory.embed import default_embedder
 
     p = argparse.ArgumentParser(prog="python -m memstate.evaluate.relations", description=__doc__.split("\n\n")[0])
-    p.add_argument("file", help="a MemSyco-Bench JSONL file (valid_memory_selection.jsonl)")
+    p.add_argument("file", help="a MemSyco-Bench JSONL file (valid_memory_selection.jsonl; schema.json beside it)")
     p.add_argument("--extractor", choices=("turns", "rule"), default="turns", help="default: turns")
     p.add_argument("--rows", default=":", help="rows A:B in file order (default: all)")
     p.add_argument(
@@ -253,7 +232,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     args = p.parse_args(argv)
     embedder = default_embedder()
-    rows = read_rows(args.file)[_slice(args.rows)]
+    rows = load_memsyco(args.file)[_slice(args.rows)]
     factory = extractor_factory(args.extractor, embedder if args.extractor_embedder else None)
     out = relation_scores(rows, factory, embedder)
     out["input"] = {

@@ -48,11 +48,13 @@ from memstate.evaluate.stats import mean_ci, paired_difference_ci
 from memstate.memory.backends import backend_names, get_backend
 from memstate.memory.cli import EXTRACTORS, store_name
 from memstate.memory.extract import DEFAULT_EXTRACTOR, make_extractor
-from memstate.memory.locomo import LocomoSample, read_locomo
+from memstate.memory.ingest import locomo_sessions
 from memstate.memory.store import match_query
 from tqdm import tqdm
 
 from memstate.errors import ConfigError, InputError, InputNotFound
+from memstate.sources.locomo import LocomoSample, read_locomo
+from memstate.sources.memsyco import load_memsyco
 
 logger = logging.getLogger("memstate.evaluate.retrieval")
 
@@ -112,7 +114,7 @@ class TurnIndex:
     def __init__(self, sample: LocomoSample) -> None:
         self._db = sqlite3.connect(":memory:")
         self._db.execute("CREATE VIRTUAL TABLE turns USING fts5(text, source UNINDEXED, tokenize='porter unicode61')")
-        rows = [(f"{t.speaker or t.role}: {t.content}", t.source) for s in sample.sessions for t in s.turns]
+        rows = [(f"{t.speaker}: {t.text}", t.dia_id) for s in sample.sessions for t in s.turns]
         self._db.executemany("INSERT INTO turns (text, source) VALUES (?, ?)", rows)
 
     def search(self, question: str, k: int) -> list[tuple[str, str]]:
@@ -347,7 +349,7 @@ def evaluate_retrieval(
     for sample in data.samples:
         with MemoryStore(store_dir / store_name(sample.id), the_embedder) as store:
             start = time.perf_counter()
-            reports = store.ingest(sample.sessions, the_extractor)
+            reports = store.ingest(locomo_sessions(sample), the_extractor)
             new = [r for r in reports if r.status != "duplicate"]
             logger.info("%s: %d sessions ingested (%d already stored), %d facts in the store (%.1f s)", sample.id,
                         len(new), len(reports) - len(new), len(store), time.perf_counter() - start)  # fmt: skip
@@ -571,13 +573,13 @@ def make_parser(prog: str | None = None) -> argparse.ArgumentParser:
 
 def relations_section(path: str, extractor: str) -> dict[str, Any]:
     """Relation precision/recall of ``extractor`` (turns or rule) on a MemSyco-Bench file, with its Markdown."""
-    from memstate.evaluate.relations import extractor_factory, read_rows, relation_scores
+    from memstate.evaluate.relations import extractor_factory, relation_scores
     from memstate.memory.embed import default_embedder
 
     if extractor not in ("turns", "rule"):
         raise ConfigError(f"--relations measures the turns or rule extractor, not {extractor!r}")
     embedder = default_embedder()
-    rows = [r for r in read_rows(path) if r.get("task") == "valid_memory_selection"]
+    rows = [r for r in load_memsyco(path) if r.task == "valid_memory_selection"]
     if not rows:
         raise InputError(f"{path}: no valid_memory_selection rows (--relations needs them)")
     out = relation_scores(rows, extractor_factory(extractor, None), embedder)

@@ -5,10 +5,11 @@ and relational state in the Instance shapes of DESIGN.md."""
 
 from memstate.memory.backends import Backend, Query, backend_names, get_backend, register
 from memstate.memory.clag import ClagConfig, ClagMemory, clag_memory
-from memstate.memory.embed import Embedder, HashEmbedder, SentenceTransformerEmbedder, default_embedder
+from memstate.memory.embed import HashEmbedder, SentenceTransformerEmbedder, default_embedder
 from memstate.memory.extract import Extractor, ExtractorError, LLMExtractor, RuleExtractor
 from memstate.memory.ingest import (
     IngestError,
+    locomo_sessions,
     memsyco_file_sessions,
     memsyco_sessions,
     personamem_sessions,
@@ -20,6 +21,8 @@ from memstate.memory.memsearch import MemSearchConfig, contribution, greedy_path
 from memstate.memory.records import IngestReport, Proposal, Session, StoredFact, Turn
 from memstate.memory.retrieve import Retrieved, retrieve
 from memstate.memory.store import MemoryStore, StoreError
+
+from memstate.embedding import Embedder
 
 __all__ = [
     "Backend",
@@ -52,6 +55,7 @@ __all__ = [
     "contribution",
     "default_embedder",
     "greedy_path",
+    "locomo_sessions",
     "memsearch",
     "memsyco_file_sessions",
     "memsyco_sessions",

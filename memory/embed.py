@@ -1,8 +1,9 @@
 """Sentence embedders for the memory store: MiniLM (embedded default), any sentence-transformers model (bge-m3 in
 production), and a hashing embedder that needs no model (fast tests, the synthetic benchmark's bulk).
 
-Every embedder returns L2-normalized float32 rows, so cosine similarity is a dot product. A store records its
-embedder's ``name`` and reopens with the same one (``embedder_from_name``): vectors of two models never mix.
+Every embedder is a ``memstate.embedding.Embedder``: it returns L2-normalized float32 rows, so cosine similarity is a
+dot product. A store records its embedder's ``name`` and reopens with the same one (``embedder_from_name``): vectors
+of two models never mix.
 """
 
 from __future__ import annotations
@@ -14,11 +15,11 @@ import logging
 import re
 import threading
 from collections.abc import Iterator, Sequence
-from typing import TYPE_CHECKING, Protocol, runtime_checkable
+from typing import TYPE_CHECKING
 
 import numpy as np
 
-from memstate.embedding import DEFAULT_MODEL, load_sentence_transformer
+from memstate.embedding import DEFAULT_MODEL, Embedder, load_sentence_transformer
 
 if TYPE_CHECKING:
     from memstate.memory.onnx_encoder import OnnxSentenceEncoder
@@ -28,15 +29,6 @@ logger = logging.getLogger(__name__)
 PRODUCTION_MODEL = "BAAI/bge-m3"
 _WORD = re.compile(r"[a-z0-9]+(?:'[a-z]+)?")
 _SMALL_BATCH = 8
-
-
-@runtime_checkable
-class Embedder(Protocol):
-    """``encode(texts)`` → one L2-normalized float32 row per text; ``name`` identifies the model."""
-
-    name: str
-
-    def encode(self, texts: Sequence[str]) -> np.ndarray: ...
 
 
 def normalize(vecs: np.ndarray) -> np.ndarray:

@@ -1,18 +1,20 @@
-"""Readers that turn dialogue sources into ``Session``s for ``MemoryStore.ingest``.
+"""Dialogue sources as ``Session``s for ``MemoryStore.ingest``. The released formats are read and validated by the
+core readers (``memstate.sources``); here their dialogues become sessions.
 
-- ``read_dialogue_jsonl``: one JSON object per line, ``{"role", "content", "time"?, "session"?}``. Consecutive lines
-  with the same ``session`` value form one session (its id); a line whose ``session`` differs from the previous
-  line's starts a new one. Lines without ``session`` are grouped the same way (so a file without the field is one
-  session, identified by its content). Blank lines are skipped.
+- ``read_dialogue_jsonl``: memstate's own dialogue file, one JSON object per line, ``{"role", "content", "time"?,
+  "session"?}``. Consecutive lines with the same ``session`` value form one session (its id); a line whose
+  ``session`` differs from the previous line's starts a new one. Lines without ``session`` are grouped the same way
+  (so a file without the field is one session, identified by its content). Blank lines are skipped.
 - ``memsyco_sessions``: a MemSyco-Bench row's dialogue, whole or in sessions of ``turns_per_session`` turns.
-- ``memsyco_file_sessions``: every row of a MemSyco-Bench JSONL file (read directly: ``memory`` does not import
-  ``evaluate``; ``memstate.evaluate.memsyco.load_memsyco`` validates rows against the benchmark's schema).
-- ``personamem_sessions``: a PersonaMem shared-contexts JSONL (``{"<context id>": [{"role", "content"}, …]}`` per
-  line; one context is one user's history), read by the core reader ``memstate.personamem`` (the one
-  ``data_build`` builds instances with): its user and assistant turns, ``User:`` / ``Assistant:`` tags stripped and
-  each on one line, system turns (the persona card) left out, in sessions of ``turns_per_session`` turns.
-
-- ``locomo``: LoCoMo's JSON array (``memstate.memory.locomo``), one sample per conversation.
+- ``memsyco_file_sessions``: every row of a MemSyco-Bench JSONL file (``memstate.sources.memsyco``: validated
+  against the benchmark's ``schema.json`` beside the file).
+- ``personamem_sessions``: a PersonaMem shared-contexts JSONL (``memstate.sources.personamem``, the reader
+  ``data_build`` builds instances with; one context is one user's history): its user and assistant turns,
+  ``User:`` / ``Assistant:`` tags stripped and each on one line, system turns (the persona card) left out, in
+  sessions of ``turns_per_session`` turns.
+- ``locomo_sessions``: a LoCoMo sample's sessions (``memstate.sources.locomo``): both speakers are people the
+  questions ask about, so both are ``user`` turns, told apart by ``speaker``; every turn keeps its ``dia_id`` as
+  ``source`` and its session's date as ``time``.
 
 ``read_sessions(path, fmt)`` reads any of them as ``(session id, turns)`` pairs. A store is meant to hold one user
 (or one benchmark sample): ``read_samples(path, fmt)`` groups the sessions by sample (a MemSyco row, a PersonaMem
@@ -32,7 +34,9 @@ from typing import Any
 from memstate.memory.records import TURN_ROLES, Session, Turn
 
 from memstate.errors import InputError
-from memstate.personamem import ContextError, SharedContextFile
+from memstate.sources.locomo import LocomoError, LocomoSample, read_locomo
+from memstate.sources.memsyco import MemSycoError, MemSycoRow, load_memsyco
+from memstate.sources.personamem import ContextError, SharedContextFile
 
 _MISSING = object()
 
@@ -109,7 +113,8 @@ def _chunks(turns: list[Turn], size: int | None) -> list[list[Turn]]:
 
 
 def memsyco_sessions(row: Any, *, turns_per_session: int | None = None, where: str | None = None) -> list[Session]:
-    """A MemSyco-Bench row (``evaluate.memsyco.MemSycoRow`` or its raw dict) as sessions with ids ``<row id>#<i>``.
+    """A MemSyco-Bench row (``memstate.sources.memsyco.MemSycoRow`` or its raw dict) as sessions with ids
+    ``<row id>#<i>``.
 
     Only the dialogue is ingested: the row's ``memory`` items are the benchmark's gold answer key, not input."""
     raw = row.raw if hasattr(row, "raw") else row
@@ -147,13 +152,31 @@ def personamem_sessions(
         raise IngestError(str(e)) from None
 
 
+def _memsyco_rows(path: str | Path) -> list[MemSycoRow]:
+    try:
+        return load_memsyco(path)
+    except MemSycoError as e:
+        raise IngestError(str(e)) from None
+
+
 def memsyco_file_sessions(path: str | Path, *, turns_per_session: int | None = None) -> Iterator[Session]:
-    """The sessions of every row of a MemSyco-Bench JSONL file, row after row (blank lines skipped)."""
-    path = Path(path)
-    for _, where, row in _jsonl(path):
-        if not isinstance(row, dict) or not isinstance(row.get("id"), str) or not row["id"]:
-            raise IngestError(f"{where}: id: must be a non-empty string")
-        yield from memsyco_sessions(row, turns_per_session=turns_per_session, where=where)
+    """The sessions of every row of a MemSyco-Bench JSONL file, row after row; the file is validated whole first (a
+    bad row raises ``IngestError`` before any session)."""
+    for row in _memsyco_rows(path):
+        yield from memsyco_sessions(row, turns_per_session=turns_per_session)
+
+
+def locomo_sessions(sample: LocomoSample) -> list[Session]:
+    """A LoCoMo sample's sessions (see the module docstring), in order."""
+    return [
+        Session(
+            tuple(Turn("user", t.text, s.time, t.speaker, t.dia_id) for t in s.turns),
+            id=s.id,
+            time=s.time,
+            where=s.where,
+        )
+        for s in sample.sessions
+    ]
 
 
 INPUT_FORMATS = ("dialogue", "memsyco", "personamem", "locomo")
@@ -172,22 +195,16 @@ def read_samples(path: str | Path, fmt: str = "dialogue") -> Samples:
     """Every sample of a file in one of ``INPUT_FORMATS``, read whole (so bad input fails before any store)."""
     if fmt == "dialogue":
         return Samples([(None, list(read_dialogue_jsonl(path)))], [])
-    if fmt == "memsyco":
-        rows: dict[str, list[Session]] = {}
-        for _, where, row in _jsonl(Path(path)):
-            if not isinstance(row, dict) or not isinstance(row.get("id"), str) or not row["id"]:
-                raise IngestError(f"{where}: id: must be a non-empty string")
-            if row["id"] in rows:
-                raise IngestError(f"{where}: id: {row['id']!r} repeats an earlier row's")
-            rows[row["id"]] = memsyco_sessions(row, where=where)
-        return Samples(list(rows.items()), [])
+    if fmt == "memsyco":  # ids are unique: the reader checks them
+        return Samples([(row.id, memsyco_sessions(row)) for row in _memsyco_rows(path)], [])
     if fmt == "personamem":
         return Samples(list(personamem_sessions(path)), [])
     if fmt == "locomo":
-        from memstate.memory.locomo import read_locomo  # it imports IngestError from here
-
-        locomo = read_locomo(path)
-        return Samples([(s.id, list(s.sessions)) for s in locomo.samples], locomo.skipped)
+        try:
+            locomo = read_locomo(path)
+        except LocomoError as e:
+            raise IngestError(str(e)) from None
+        return Samples([(s.id, locomo_sessions(s)) for s in locomo.samples], locomo.skipped)
     raise ValueError(f"format {fmt!r} is not one of {list(INPUT_FORMATS)}")
 
 

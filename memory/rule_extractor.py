@@ -27,7 +27,6 @@ import re
 from collections.abc import Sequence
 from dataclasses import replace
 
-from memstate.memory.embed import Embedder
 from memstate.memory.records import (
     ConceptEdit,
     FactProposal,
@@ -36,6 +35,8 @@ from memstate.memory.records import (
     StoredFact,
     Turn,
 )
+
+from memstate.embedding import Embedder
 
 _SENTENCE = re.compile(r"[^.!?\n]+[.!?]*")
 _MAX_SENTENCE_CHARS = 400

@@ -51,7 +51,7 @@ from pathlib import Path
 
 import numpy as np
 from memstate.memory.concepts import ConceptTree
-from memstate.memory.embed import Embedder, default_embedder, embedder_from_name, normalize
+from memstate.memory.embed import default_embedder, embedder_from_name, normalize
 from memstate.memory.extract import Extractor
 from memstate.memory.records import (
     FACT_RELATIONS,
@@ -70,6 +70,7 @@ from memstate.memory.records import (
 )
 from memstate.memory.validate import STORED_ID, check_facts, check_relations
 
+from memstate.embedding import Embedder
 from memstate.errors import MemstateError
 
 logger = logging.getLogger("memstate.memory")

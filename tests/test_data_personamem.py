@@ -13,14 +13,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 from memstate.data_build import personamem
-from memstate.data_build.records import SKIP_DUPLICATE, SKIP_INVALID, SKIP_UNRESOLVED, DataError, SkipLog
 from memstate.memory.relation_rule import Said, relate
 from memstate.memory.rule_extractor import revises
 from memstate.memory.validate import compatible
 
-from memstate.embedding import load_sentence_transformer
-from memstate.personamem import strip_speaker
+from memstate.embedding import SharedSentenceEmbedder, load_sentence_transformer
 from memstate.schema import TASKS, Instance, option_letters, stable_id
+from memstate.sources import personamem as pm_source
+from memstate.sources.personamem import strip_speaker
+from memstate.sources.skips import SKIP_DUPLICATE, SKIP_INVALID, SKIP_UNRESOLVED, DataError, SkipLog
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURE = ROOT / "tests" / "fixtures" / "personamem"
@@ -66,12 +67,13 @@ class CachingEmbedder:
     the checks below then see exactly the vectors the reader saw."""
 
     def __init__(self, model) -> None:
-        self.model, self.cache = model, {}
+        self.model, self.cache, self.name = model, {}, "cached-minilm"
 
-    def encode(self, sentences: list[str], **kwargs) -> np.ndarray:
+    def encode(self, sentences: list[str]) -> np.ndarray:
         new = [t for t in dict.fromkeys(sentences) if t not in self.cache]
         if new:
-            self.cache.update(zip(new, self.model.encode(new, **kwargs), strict=True))
+            vecs = self.model.encode(new)
+            self.cache.update(zip(new, vecs, strict=True))
         return np.stack([self.cache[t] for t in sentences])
 
 
@@ -79,7 +81,7 @@ class CachingEmbedder:
 def embedder() -> CachingEmbedder:
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("HF_HUB_OFFLINE", "1")
-        return CachingEmbedder(load_sentence_transformer())
+        return CachingEmbedder(SharedSentenceEmbedder(batch_size=personamem.EMBED_BATCH))
 
 
 def read(embedder, pm_dir: Path = FIXTURE, skip_invalid: bool = True, **kwargs):
@@ -309,16 +311,16 @@ def test_columns_are_read_by_header_name(embedder, built, tmp_path):
     ],
 )
 def test_bad_options_name_the_column(value, message):
-    with pytest.raises(personamem._BadRecord, match=re.escape(message)) as e:
-        personamem.parse_options(value)
+    with pytest.raises(pm_source.BadRow, match=re.escape(message)) as e:
+        pm_source.parse_options(value)
     assert "'all_options'" in str(e.value)
 
 
 def test_answer_letters():
-    assert personamem.parse_answer("(c)", 4) == "C" and personamem.parse_answer("d", 4) == "D"
+    assert pm_source.parse_answer("(c)", 4) == "C" and pm_source.parse_answer("d", 4) == "D"
     for bad, n in (("(e)", 4), ("(c)", 2), ("(ab)", 4), ("3", 4), ("(a) yes", 4)):
-        with pytest.raises(personamem._BadRecord, match="'correct_answer'"):
-            personamem.parse_answer(bad, n)
+        with pytest.raises(pm_source.BadRow, match="'correct_answer'"):
+            pm_source.parse_answer(bad, n)
 
 
 def test_header_without_a_required_column_stops_any_build(embedder, tmp_path):
@@ -333,6 +335,7 @@ def test_header_without_a_required_column_stops_any_build(embedder, tmp_path):
 def test_task_mapping(built):
     assert set(personamem.TASK_BY_QUESTION_TYPE.values()) <= set(TASKS)
     assert RELEASED_TYPES <= set(personamem.TASK_BY_QUESTION_TYPE)
+    assert set(personamem.TASK_BY_QUESTION_TYPE) == pm_source.QUESTION_TYPES  # every type the reader accepts
     items = built[0].items
     assert RELEASED_TYPES <= {i.meta["question_type"] for i in items}
     for inst in items:
@@ -527,7 +530,8 @@ def test_reading_is_deterministic(built, embedder):
 
 
 def test_default_embedder_is_loaded_once(embedder):
-    assert load_sentence_transformer() is embedder.model  # the core loader's cached model, memory's too
+    model = load_sentence_transformer(embedder.model.name, embedder.model.device)
+    assert load_sentence_transformer() is model  # the core loader's cached model, memory's too
     read_, _ = read(None, max_questions=2)
     assert len(read_.items) == 2
 

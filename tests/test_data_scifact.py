@@ -11,14 +11,16 @@ from pathlib import Path
 import pytest
 from memstate.data_build import scifact
 from memstate.data_build.labels import LABELS
-from memstate.data_build.records import (
+from memstate.data_build.records import SourceRead
+
+from memstate.sources.skips import (
+    SKIP_CONFLICTING,
     SKIP_DUPLICATE,
     SKIP_INVALID,
     SKIP_UNLABELED,
     SKIP_UNRESOLVED,
     DataError,
     SkipLog,
-    SourceRead,
 )
 
 FIXTURE = Path(__file__).resolve().parent / "fixtures" / "scifact"
@@ -29,13 +31,13 @@ USED = {TRAIN: 24, DEV: 8, TEST: 0, CORPUS: 23}
 BAD = {  # line of claims_train.jsonl → (skip kind, text the reason must contain, claim id or None)
     4: (SKIP_INVALID, "field 'claim' is missing", "11"),
     8: (SKIP_INVALID, "invalid JSON", None),
-    12: (scifact.SKIP_CONFLICTING, "doc 21003987 → supported, doc 12076551 → refuted", "47"),
+    12: (SKIP_CONFLICTING, "doc 21003987 → supported, doc 12076551 → refuted", "47"),
     15: (SKIP_UNRESOLVED, "evidence doc 31415926 is not in the corpus", "53"),
     19: (SKIP_UNRESOLVED, "evidence doc 11532908 has no sentence 9", "59"),
     23: (SKIP_INVALID, "field 'label' is 'MAYBE'", "65"),
     28: (SKIP_INVALID, "field 'cited_doc_ids' must be a list of ints, got str", "71"),
 }
-STRUCTURAL = sorted(n for n, (kind, _, _) in BAD.items() if kind != scifact.SKIP_CONFLICTING)
+STRUCTURAL = sorted(n for n, (kind, _, _) in BAD.items() if kind != SKIP_CONFLICTING)
 
 
 def read(files=ALL, src: Path = FIXTURE, skip_invalid: bool = True, **kw) -> tuple[SourceRead, SkipLog]:
@@ -118,7 +120,7 @@ def test_strict_mode_raises_at_each_structural_line_in_turn(tmp_path):
         lines[n - 1] = json.dumps({"id": 9000 + n, "claim": "Harmless."})
     r, log = read([TRAIN], fixture_copy(tmp_path, lines, TRAIN), skip_invalid=False)
     assert len(r.items) == 24 and Counter(s.kind for s in log.records) == {
-        scifact.SKIP_CONFLICTING: 1,
+        SKIP_CONFLICTING: 1,
         SKIP_UNLABELED: 6,
     }
 

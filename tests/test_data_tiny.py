@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 from memstate.data_build.build import build_data, load_data_config
-from memstate.data_build.records import DataError
 
 from memstate.cli import main
 from memstate.data import SPLITS, load_split
+from memstate.sources.skips import DataError
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = ROOT / "configs" / "data" / "tiny.yaml"

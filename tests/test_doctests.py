@@ -35,6 +35,7 @@ def test_every_stage_is_walked() -> None:
         "memstate.evaluate.stats",
         "memstate.evaluate.memsyco.data",
         "memstate.memory.store",
+        "memstate.sources.personamem",
     } <= set(MODULES)
 
 

@@ -4,6 +4,7 @@ evidence scoring, the BM25-over-turns baseline, naive at equal facts, the report
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -19,10 +20,10 @@ from memstate.evaluate.retrieval import (
 )
 from memstate.memory import Backend, MemoryStore, register
 from memstate.memory.backends import unregister
-from memstate.memory.locomo import read_locomo
 
 from memstate.cli import main
 from memstate.errors import ConfigError
+from memstate.sources.locomo import read_locomo
 
 FIXTURE = Path(__file__).resolve().parent / "fixtures" / "locomo" / "locomo_sample.json"
 PAINT = "What did Ben paint?"  # evidence D2:2 (the lighthouse image) and D2:3
@@ -183,7 +184,8 @@ def test_relations_flag_adds_the_extractors_supersedes_precision_to_the_report(t
     assert data["relations"]["rows"] == 3 and sup["drawn"] >= 1 and 0 <= sup["precision"] <= 1
     assert f"precision {sup['precision']}" in (out / "retrieval.md").read_text()
     bad = tmp_path / "bad.jsonl"
-    bad.write_text('{"task": "valid_memory_selection"}\nnot json\n')
+    bad.write_text(rows.read_text(encoding="utf-8").splitlines()[0] + "\nnot json\n", encoding="utf-8")
+    shutil.copy(rows.parent / "schema.json", tmp_path / "schema.json")  # validated by the MemSyco reader
     argv[argv.index(str(rows))] = str(bad)
     assert main(argv) == 2  # a user error naming the file and line
     assert f"{bad}:2: invalid JSON" in capsys.readouterr().err

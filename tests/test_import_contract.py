@@ -78,6 +78,22 @@ def test_layers_import_only_what_the_design_allows() -> None:
     assert violations(files) == []
 
 
+# The released formats, each read (and validated) by one core module of memstate.sources for every stage.
+SOURCES = ROOT / "memstate" / "sources"
+FORMATS = ("fever", "scifact", "personamem", "locomo", "memsyco")
+
+
+def test_every_released_format_has_one_core_reader() -> None:
+    files = _files()
+    readers = {p.stem: layer for layer, p in files if p.parent == SOURCES}
+    assert {name: readers.get(name) for name in FORMATS} == dict.fromkeys(FORMATS, "core")
+    # The readers' old homes are gone (no second copy, no re-export).
+    assert not (ROOT / "memstate" / "personamem.py").exists() and not (ROOT / "memory" / "locomo.py").exists()
+    # Each stage that reads a format imports its reader.
+    users = {layer for layer, p in files for name in imported_modules(p) if name.startswith("memstate.sources.")}
+    assert {"data_build", "memory", "evaluate"} <= users
+
+
 @pytest.mark.parametrize(
     ("layer", "source", "allowed"),
     [
@@ -89,6 +105,8 @@ def test_layers_import_only_what_the_design_allows() -> None:
         ("memory", "from memstate.serve.client import ReasoningStateClient", True),
         ("train", "from memstate.reward.counterfactual import x", True),
         ("evaluate", "from memstate.memory.store import MemoryStore", True),
+        ("core", "from memstate.data_build.records import SourceRead", False),
+        ("memory", "from memstate.sources.locomo import read_locomo", True),
     ],
 )
 def test_the_check_catches_a_forbidden_import(tmp_path: Path, layer: str, source: str, allowed: bool) -> None:

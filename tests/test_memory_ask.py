@@ -10,6 +10,7 @@ the rules reach the responder's prompt.
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -39,6 +40,7 @@ def one_row(tmp_path) -> tuple[Path, dict]:
     line = VMS.read_text(encoding="utf-8").splitlines()[0]
     path = tmp_path / "row.jsonl"
     path.write_text(line + "\n", encoding="utf-8")
+    shutil.copy(MEMSYCO / "schema.json", tmp_path / "schema.json")  # as released: the schema beside the rows
     return path, json.loads(line)
 
 

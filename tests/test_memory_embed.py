@@ -76,9 +76,9 @@ def test_one_minilm_per_process(onnx_embedder, monkeypatch):
     """memory's embedders and data_build load the packaged MiniLM through memstate.embedding: one copy per device."""
     import sentence_transformers
     from memstate.data_build import personamem
-    from memstate.data_build.records import SkipLog
 
     from memstate.embedding import DEFAULT_MODEL, default_model_path, load_sentence_transformer, resolve_model
+    from memstate.sources.skips import SkipLog
 
     model = load_sentence_transformer()
     assert onnx_embedder._model is model

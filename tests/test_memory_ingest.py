@@ -5,13 +5,12 @@ from __future__ import annotations
 
 import hashlib
 import json
+import shutil
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
 from memstate.data_build import personamem as pm_build
-from memstate.data_build.records import SKIP_DUPLICATE, SKIP_INVALID, DataError, SkipLog
-from memstate.evaluate.memsyco import load_memsyco
 from memstate.evaluate.memsyco.data import to_instance
 from memstate.memory import (
     HashEmbedder,
@@ -30,9 +29,11 @@ from memstate.memory import (
 from shipped_data import MEMSYCO
 
 from memstate.errors import InputError
-from memstate.personamem import ContextError, SharedContextFile, parse_context_line
 from memstate.prompts import policy_messages, responder_messages
 from memstate.schema import Instance
+from memstate.sources.memsyco import load_memsyco
+from memstate.sources.personamem import ContextError, SharedContextFile, parse_context_line
+from memstate.sources.skips import SKIP_DUPLICATE, SKIP_INVALID, DataError, SkipLog
 
 ROOT = Path(__file__).resolve().parents[1]
 PERSONAMEM = ROOT / "tests" / "fixtures" / "personamem" / "shared_contexts_32k.jsonl"
@@ -243,14 +244,14 @@ def test_read_sessions_reads_every_format(tmp_path):
     assert list(read_sessions(dialogue)) == [("7", [Turn("user", "I love tea.")])]
     pm = list(read_sessions(PERSONAMEM, "personamem"))
     assert len(pm) > 2 and all(sid.startswith("pm:") for sid, _ in pm)
-    rows = write_lines(
-        tmp_path / "rows.jsonl",
-        [{"id": "r1", "dialogue": [{"role": "user", "content": "I love tea."}]}, {"id": "", "dialogue": []}],
-    )
-    sessions = read_sessions(rows, "memsyco")
-    assert next(sessions) == ("r1#0", [Turn("user", "I love tea.")])
-    with pytest.raises(IngestError, match=r"rows.jsonl:2: id: must be a non-empty string"):
-        next(sessions)
+    row = json.loads((MEMSYCO / "valid_memory_selection.jsonl").read_text(encoding="utf-8").splitlines()[0])
+    rows = write_lines(tmp_path / "rows.jsonl", [row, {**row, "id": 7}])
+    shutil.copy(MEMSYCO / "schema.json", tmp_path / "schema.json")  # as released: the schema beside the rows
+    with pytest.raises(IngestError, match=r"rows.jsonl:2: field id: 7 is not of type"):  # validated before any session
+        next(read_sessions(rows, "memsyco"))
+    write_lines(rows, [row])
+    ((sid, turns),) = read_sessions(rows, "memsyco")
+    assert sid == f"{row['id']}#0" and turns == [Turn(t["role"], t["content"]) for t in row["dialogue"]]
     with pytest.raises(ValueError, match="format 'csv'"):
         list(read_sessions(rows, "csv"))
 

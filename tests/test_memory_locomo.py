@@ -6,16 +6,17 @@ from __future__ import annotations
 
 import json
 import logging
+import shutil
 from pathlib import Path
 
 import pytest
-from memstate.memory import HashEmbedder, IngestError, MemoryStore, Turn
-from memstate.memory.locomo import read_locomo
+from memstate.memory import HashEmbedder, MemoryStore, Turn, locomo_sessions
 from memstate.memory.turn_extractor import TurnExtractor
-from shipped_data import LOCOMO
+from shipped_data import LOCOMO, MEMSYCO
 
 from memstate.cli import main
 from memstate.errors import ServerUnavailable
+from memstate.sources.locomo import LocomoError, read_locomo
 
 FIXTURE = Path(__file__).resolve().parent / "fixtures" / "locomo" / "locomo_sample.json"
 
@@ -30,7 +31,7 @@ def test_the_reader_keeps_both_speakers_dates_captions_and_turn_ids():
     assert [s.id for s in data.samples] == ["conv-t1", "conv-t2"]
     one = data.samples[0]
     assert one.speakers == ("Ana", "Ben") and [s.id for s in one.sessions] == ["conv-t1:session_1", "conv-t1:session_2"]
-    turns = [t for s in one.sessions for t in s.turns]
+    turns = [t for s in locomo_sessions(one) for t in s.turns]  # as a memory store is given them
     assert [(t.speaker, t.source) for t in turns] == [
         ("Ana", "D1:1"), ("Ben", "D1:2"), ("Ana", "D1:3"), ("Ben", "D2:1"), ("Ben", "D2:2"), ("Ana", "D2:3"),
     ]  # fmt: skip
@@ -72,7 +73,7 @@ def test_a_malformed_record_names_file_sample_and_field(tmp_path, edit, message)
     edit(data)
     path = tmp_path / "locomo10.json"
     path.write_text(json.dumps(data, indent=2), encoding="utf-8")
-    with pytest.raises(IngestError, match=r"locomo10\.json: ") as e:
+    with pytest.raises(LocomoError, match=r"locomo10\.json: ") as e:
         read_locomo(path)
     assert message in str(e.value)
 
@@ -108,7 +109,9 @@ def test_memsyco_rows_get_one_store_each(tmp_path, capsys):
     rows = tmp_path / "rows.jsonl"
     dialogue = [{"role": "user", "content": "I love tea."}, {"role": "assistant", "content": "<information>Tea "
                 "contains caffeine.</information>"}]  # fmt: skip
-    rows.write_text("\n".join(json.dumps({"id": i, "dialogue": dialogue}) for i in ("r1", "r2")) + "\n")
+    row = json.loads((MEMSYCO / "valid_memory_selection.jsonl").read_text(encoding="utf-8").splitlines()[0])
+    rows.write_text("\n".join(json.dumps({**row, "id": i, "dialogue": dialogue}) for i in ("r1", "r2")) + "\n")
+    shutil.copy(MEMSYCO / "schema.json", tmp_path / "schema.json")  # as released: the schema beside the rows
     assert main(["memory", "ingest", "--store-dir", str(tmp_path / "s"), "--format", "memsyco", str(rows)]) == 0
     assert sorted(p.name for p in (tmp_path / "s").iterdir()) == ["r1.sqlite", "r2.sqlite"]
     with MemoryStore(tmp_path / "s" / "r2.sqlite") as store:  # the assistant's evidence is stored too

@@ -16,16 +16,12 @@ from memstate.evaluate.memsyco import (
     JUDGES,
     JudgeConfig,
     JudgeUnavailable,
-    MemSycoError,
     MemSycoEvalConfig,
-    MemSycoRow,
     check_judge,
     evaluate_memsyco,
     gold_relations,
     judge_answer,
     judge_messages,
-    load_memsyco,
-    load_memsyco_dir,
     parse_judge_reply,
     passed_from_labels,
     pipeline_relations,
@@ -35,6 +31,7 @@ from memstate.evaluate.memsyco import (
 from shipped_data import MEMSYCO
 
 from memstate.schema import Instance, Relation
+from memstate.sources.memsyco import MemSycoError, MemSycoRow, load_memsyco, load_memsyco_dir
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = MEMSYCO

@@ -6,9 +6,8 @@ turns), ``question`` (the current request), ``memory`` (the intended memory ``po
 a ``status``), ``evaluation`` (``reference_answer``, optional ``preference_aligned_answer``, a task-specific
 ``rubric``) and ``metadata``.
 
-**Loading.** ``load_memsyco(path)`` reads one file: every line is JSON-decoded and validated against the shipped
-``schema.json`` (draft 2020-12, by ``jsonschema_rs``; by default the one beside the data file); ids must be unique.
-A bad line raises ``MemSycoError`` with ``FILE:LINE: field PATH: reason`` (PATH like ``memory.items[0].status``).
+**Loading** is the core reader's, ``memstate.sources.memsyco``: ``load_memsyco(path)`` reads one file, every line
+validated against the shipped ``schema.json``; a bad line raises ``MemSycoError`` naming ``FILE:LINE`` and the field.
 
 **Rows to Instances** (``to_instance``; decided here, the benchmark prescribes nothing):
 
@@ -76,12 +75,7 @@ reply parsing, pass rules, the HTTP call), ``run`` (the evaluation and its repor
 """
 
 from memstate.evaluate.memsyco.data import (
-    MemSycoError,
-    MemSycoRow,
     gold_relations,
-    load_memsyco,
-    load_memsyco_dir,
-    memsyco_files,
     pipeline_relations,
     relation_agreement,
     to_instance,
@@ -100,8 +94,7 @@ from memstate.evaluate.memsyco.judge import (
 from memstate.evaluate.memsyco.run import MemSycoEvalConfig, evaluate_memsyco
 
 __all__ = [
-    "JUDGES", "JudgeConfig", "JudgeResult", "JudgeUnavailable", "MemSycoError", "MemSycoEvalConfig", "MemSycoRow",
-    "check_judge", "evaluate_memsyco", "gold_relations", "judge_answer", "judge_messages", "load_memsyco",
-    "load_memsyco_dir", "memsyco_files", "parse_judge_reply", "passed_from_labels", "pipeline_relations",
+    "JUDGES", "JudgeConfig", "JudgeResult", "JudgeUnavailable", "MemSycoEvalConfig", "check_judge", "evaluate_memsyco",
+    "gold_relations", "judge_answer", "judge_messages", "parse_judge_reply", "passed_from_labels", "pipeline_relations",
     "relation_agreement", "to_instance",
 ]  # fmt: skip

@@ -9,7 +9,6 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from memstate.evaluate.memsyco.data import MemSycoRow
 from memstate.evaluate.memsyco.prompts import (
     CONTEXTUAL_SCOPE_JUDGE_PROMPT,
     EVIDENCE_CONFLICT_JUDGE_PROMPT,
@@ -22,6 +21,7 @@ from memstate.errors import ServerUnavailable
 from memstate.http import HTTPClient, HTTPRejected, HTTPSettings, HTTPUnavailable
 from memstate.prompts import Message
 from memstate.rules import strip_think
+from memstate.sources.memsyco import MemSycoRow
 
 logger = logging.getLogger("memstate.evaluate.memsyco")
 

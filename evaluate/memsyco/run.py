@@ -18,10 +18,6 @@ import httpx
 from memstate.evaluate.memsyco.data import (
     GOLD_RELATIONS_LABEL,
     PIPELINE_RELATIONS_LABEL,
-    MemSycoError,
-    MemSycoRow,
-    load_memsyco,
-    memsyco_files,
     relation_agreement,
     to_instance,
 )
@@ -35,6 +31,7 @@ from memstate.prompts import DEFAULT_MAX_PROMPT_TOKENS, PROMPT_VERSION, Message,
 from memstate.responder_config import ResponderConfig, make_responder
 from memstate.rules import FormatError, parse_completion, strip_think
 from memstate.schema import Fact, Instance
+from memstate.sources.memsyco import MemSycoError, MemSycoRow, load_memsyco, memsyco_files
 
 logger = logging.getLogger("memstate.evaluate.memsyco")
 
