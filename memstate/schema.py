@@ -1,14 +1,18 @@
 """The Instance / Fact / Relation schema: the contract between every stage (DESIGN.md).
 
 Instances are immutable dataclasses validated on construction. ``to_dict``/``from_dict`` round-trip
-through plain JSON-compatible dicts, which is also how rows are stored with ``datasets``.
+through plain JSON-compatible dicts, which is also how rows are stored with ``datasets``. The serve API's request
+takes the same ``ShownFact`` and ``Relation`` classes (``memstate.serve.shapes``): pydantic reads their field
+annotations to validate requests and to write the OpenAPI document.
 """
 
 from __future__ import annotations
 
 import hashlib
 from dataclasses import MISSING, asdict, dataclass, field, fields
-from typing import Any
+from typing import Annotated, Any, Literal
+
+from pydantic import StrictInt, StringConstraints, with_config
 
 from memstate.errors import MemstateError
 
@@ -35,6 +39,15 @@ FACT_KINDS = ("evidence", "preference", "fact", "belief", "experience", "constra
 SCOPES = ("global", "domain", "task", "situation")
 ROLES = ("gold", "conflict", "distractor", "outdated", "support")
 RELATION_TYPES = ("SUPERSEDES", "CONFLICTS_WITH", "SUPPORTS")
+
+# Field types in pydantic's vocabulary, for the API (see the module docstring). Data code constructs the classes
+# directly and ``validate`` checks the same rules by hand: no pydantic per row, and its SchemaError names the file,
+# line and field. tests/test_schema.py pins that both accept and reject the same values.
+NonBlank = Annotated[str, StringConstraints(strict=True, pattern=r"\S")]
+FactKind = Literal[*FACT_KINDS]
+Scope = Literal[*SCOPES]
+Role = Literal[*ROLES]
+RelationType = Literal[*RELATION_TYPES]
 
 
 class SchemaError(MemstateError, ValueError):
@@ -66,28 +79,38 @@ def _check_keys(where: str, data: dict, cls: type) -> None:
         raise SchemaError(f"{where}: unknown field(s) {unknown}")
 
 
+@with_config(extra="forbid")
 @dataclass(frozen=True)
-class Fact:
-    """One retrieved memory or evidence sentence. ``role`` is for analysis only: never shown to a model."""
+class ShownFact:
+    """A fact as the policy and the responder see it, and as the serve API takes it: all of Fact but its role."""
 
-    id: str
-    text: str
-    kind: str
-    scope: str = "global"
-    turn: int | None = None
-    time: str | None = None
-    role: str = "gold"
+    id: NonBlank
+    text: NonBlank
+    kind: FactKind
+    scope: Scope = "global"
+    turn: StrictInt | None = None
+    time: NonBlank | None = None
 
     def validate(self, where: str = "fact") -> None:
         _check_str(where, "id", self.id)
         _check_str(where, "text", self.text)
         _check_choice(where, "kind", self.kind, FACT_KINDS)
         _check_choice(where, "scope", self.scope, SCOPES)
-        _check_choice(where, "role", self.role, ROLES)
         if self.turn is not None and (not isinstance(self.turn, int) or isinstance(self.turn, bool)):
             raise SchemaError(f"{where}: field 'turn' must be an int or null, got {self.turn!r}")
         if self.time is not None:
             _check_str(where, "time", self.time)
+
+
+@dataclass(frozen=True)
+class Fact(ShownFact):
+    """One retrieved memory or evidence sentence. ``role`` is for analysis only: never shown to a model."""
+
+    role: Role = "gold"
+
+    def validate(self, where: str = "fact") -> None:
+        super().validate(where)
+        _check_choice(where, "role", self.role, ROLES)
 
     @classmethod
     def from_dict(cls, data: dict, where: str = "fact") -> Fact:
@@ -97,13 +120,14 @@ class Fact:
         return fact
 
 
+@with_config(extra="forbid")
 @dataclass(frozen=True)
 class Relation:
     """A relational-state edge: ``src TYPE dst`` (e.g. ``F3 SUPERSEDES F1``)."""
 
-    src: str
-    type: str
-    dst: str
+    src: NonBlank
+    type: RelationType
+    dst: NonBlank
 
     def validate(self, where: str = "relation") -> None:
         _check_str(where, "src", self.src)

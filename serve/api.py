@@ -22,23 +22,24 @@ import logging
 import os
 import time
 from contextlib import asynccontextmanager
-from dataclasses import dataclass, field
-from typing import Annotated, Literal
+from dataclasses import asdict, dataclass, field
+from typing import Annotated
 
 import httpx
 from fastapi import Depends, FastAPI, HTTPException, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from memstate.serve.shapes import ReasoningStateRequest, ReasoningStateResponse
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram, generate_latest
-from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr
+from pydantic import BaseModel
 
 from memstate.checkpoint import CheckpointMetadata
 from memstate.http import AsyncHTTPClient, HTTPRejected, HTTPSettings, HTTPUnavailable
 from memstate.leak import leak_reason
 from memstate.prompts import DEFAULT_MAX_PROMPT_TOKENS, PROMPT_VERSION, fit_policy_prompt, policy_request_messages
 from memstate.rules import FormatError, parse_completion
-from memstate.schema import FACT_KINDS, RELATION_TYPES, SCOPES, Fact, Relation
+from memstate.schema import Fact, Relation
 
 logger = logging.getLogger("memstate.serve")
 
@@ -89,52 +90,7 @@ class ApiConfig:
     port: int = field(default=8080, metadata={"help": "Port the API listens on."})
 
 
-# --- request / response shapes (DESIGN.md: Fact, Relation) -------------------------------------------------------
-
-
-class FactIn(BaseModel):
-    """A retrieved memory or evidence sentence. Its ``role`` (analysis only) is not part of a request."""
-
-    model_config = ConfigDict(extra="forbid")
-    id: StrictStr = Field(min_length=1, max_length=64, examples=["F1"])
-    text: StrictStr = Field(min_length=1, pattern=r"\S", examples=["I moved to Oslo in 2023."])
-    kind: Literal[*FACT_KINDS]
-    scope: Literal[*SCOPES] = "global"
-    turn: StrictInt | None = None
-    time: StrictStr | None = None
-
-
-class RelationIn(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    src: StrictStr = Field(min_length=1, examples=["F2"])
-    type: Literal[*RELATION_TYPES]
-    dst: StrictStr = Field(min_length=1, examples=["F1"])
-
-
-class ReasoningStateRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    question: StrictStr = Field(min_length=1, pattern=r"\S", examples=["Where do I live now?"])
-    facts: list[FactIn] = Field(min_length=1)
-    relations: list[RelationIn] = Field(default_factory=list)
-    options: list[Annotated[StrictStr, Field(min_length=1, pattern=r"\S")]] = Field(
-        default_factory=list, description="Multiple-choice options, if any: none or at least two."
-    )
-
-
-class ReasoningStateResponse(BaseModel):
-    rules: list[str] = Field(description="2–4 imperative rules; empty when format_ok is false.")
-    text: str = Field(description="The policy's last reply, verbatim.")
-    format_ok: bool
-    format_error: str | None = Field(description="Why the last reply is not a reasoning state (format_ok false).")
-    names_option: str | None = Field(
-        description="Why the rules name one of the request's options (letter, position or text; the leak gate of "
-        "training and evaluation), or null. Reported, not enforced: the caller decides whether to use such rules."
-    )
-    attempts: int = Field(description="Policy calls made (1 + format retries used).")
-    facts_truncated: int = Field(description="Facts left out of the prompt to fit the token budget.")
-    model: str
-    prompt_version: str
-    latency_ms: float
+# --- error bodies (the request and the answer: shapes.py) --------------------------------------------------------
 
 
 class ErrorBody(BaseModel):
@@ -235,6 +191,8 @@ class PolicyClient:
 
 # --- checks that need the configured limits ----------------------------------------------------------------------
 
+MAX_FACT_ID_CHARS = 64  # a limit on what a client sends, like ApiConfig's; the schema (data) sets none
+
 
 def check_request(body: ReasoningStateRequest, config: ApiConfig) -> tuple[list[Fact], list[Relation]]:
     """Limits and cross-field checks; raise 422 naming the field, else the schema's Fact/Relation objects."""
@@ -249,6 +207,9 @@ def check_request(body: ReasoningStateRequest, config: ApiConfig) -> tuple[list[
     ):
         if len(items) > most:
             reject(f"body.{name}: {len(items)} items, at most {most} allowed")
+    for i, fact in enumerate(body.facts):
+        if len(fact.id) > MAX_FACT_ID_CHARS:
+            reject(f"body.facts[{i}].id: {len(fact.id)} characters, at most {MAX_FACT_ID_CHARS} allowed")
     texts = [("body.question", body.question)] + [(f"body.facts[{i}].text", f.text) for i, f in enumerate(body.facts)]
     texts += [(f"body.options[{i}]", o) for i, o in enumerate(body.options)]
     for where, text in texts:
@@ -270,8 +231,12 @@ def check_request(body: ReasoningStateRequest, config: ApiConfig) -> tuple[list[
                 reject(f"body.relations[{i}].{end}: unknown fact id {getattr(rel, end)!r} (facts are {ids[:20]})")
         if rel.src == rel.dst:
             reject(f"body.relations[{i}]: relation from {rel.src!r} to itself")
-    facts = [Fact(f.id, f.text, f.kind, f.scope, f.turn, f.time) for f in body.facts]
-    return facts, [Relation(r.src, r.type, r.dst) for r in body.relations]
+    return [Fact(**asdict(f)) for f in body.facts], body.relations  # a request's facts have no role: the default
+
+
+# Facts and relations are dataclasses, whose unknown fields pydantic reports as keyword arguments; a client sent
+# JSON, so they read as the request's own unknown fields do.
+_MESSAGES = {"unexpected_keyword_argument": "Extra inputs are not permitted"}
 
 
 def _validation_detail(exc: RequestValidationError) -> tuple[int, str]:
@@ -282,7 +247,7 @@ def _validation_detail(exc: RequestValidationError) -> tuple[int, str]:
     parts = []
     for e in errors[:10]:
         loc = ".".join(str(p) for p in e.get("loc", ()))
-        parts.append(f"{loc}: {e.get('msg')}")
+        parts.append(f"{loc}: {_MESSAGES.get(e.get('type'), e.get('msg'))}")
     more = f" (and {len(errors) - 10} more)" if len(errors) > 10 else ""
     return 422, "; ".join(parts) + more
 

@@ -11,26 +11,12 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass
+
+from memstate.serve.shapes import ReasoningStateRequest, ReasoningStateResponse
 
 from memstate.errors import MemstateError
 from memstate.http import AsyncHTTPClient, HTTPClient, HTTPRejected, HTTPSettings, HTTPUnavailable
 from memstate.schema import Fact, Instance, Relation
-
-
-@dataclass(frozen=True)
-class ReasoningState:
-    """The API's answer. ``rules`` is empty when ``format_ok`` is false: answer without a state then."""
-
-    rules: tuple[str, ...]
-    text: str
-    format_ok: bool
-    format_error: str | None
-    attempts: int
-    facts_truncated: int
-    model: str
-    prompt_version: str
-    latency_ms: float
 
 
 class ReasoningStateError(MemstateError, RuntimeError):
@@ -45,16 +31,12 @@ class ReasoningStateError(MemstateError, RuntimeError):
 def payload(
     question: str, facts: Sequence[Fact], relations: Sequence[Relation] = (), options: Sequence[str] = ()
 ) -> dict:
-    """The request body; a fact's ``role`` (analysis only) is never sent."""
-    return {
-        "question": question,
-        "facts": [
-            {"id": f.id, "text": f.text, "kind": f.kind, "scope": f.scope, "turn": f.turn, "time": f.time}
-            for f in facts
-        ],
-        "relations": [{"src": r.src, "type": r.type, "dst": r.dst} for r in relations],
-        "options": list(options),
-    }
+    """The request body. A fact's ``role`` (analysis only) is never sent: the request's facts are ``ShownFact``s."""
+    # Not validated here: the API does, and its 422 names the field (ReasoningStateError).
+    request = ReasoningStateRequest.model_construct(
+        question=question, facts=list(facts), relations=list(relations), options=list(options)
+    )
+    return request.model_dump(mode="json")
 
 
 def instance_payload(instance: Instance) -> dict:
@@ -65,18 +47,8 @@ def instance_payload(instance: Instance) -> dict:
 PATH = "/v1/reasoning-state"
 
 
-def _state(body: dict) -> ReasoningState:
-    return ReasoningState(
-        rules=tuple(body["rules"]),
-        text=body["text"],
-        format_ok=body["format_ok"],
-        format_error=body.get("format_error"),
-        attempts=body["attempts"],
-        facts_truncated=body["facts_truncated"],
-        model=body["model"],
-        prompt_version=body["prompt_version"],
-        latency_ms=body["latency_ms"],
-    )
+def _state(body: dict) -> ReasoningStateResponse:
+    return ReasoningStateResponse.model_validate(body)
 
 
 def _refused(e: HTTPRejected) -> ReasoningStateError:
@@ -109,13 +81,13 @@ class ReasoningStateClient:
         self.client = HTTPClient(_settings(base_url, api_key, timeout, max_retries, backoff, max_connections))
         self.http = self.client.http
 
-    def reasoning_state(self, body: dict) -> ReasoningState:
+    def reasoning_state(self, body: dict) -> ReasoningStateResponse:
         try:
             return self.client.request("POST", PATH, json=body, parse=_state)
         except HTTPRejected as e:
             raise _refused(e) from None
 
-    def for_instance(self, instance: Instance) -> ReasoningState:
+    def for_instance(self, instance: Instance) -> ReasoningStateResponse:
         return self.reasoning_state(instance_payload(instance))
 
     def healthy(self) -> bool:
@@ -150,13 +122,13 @@ class AsyncReasoningStateClient:
         self.client = AsyncHTTPClient(_settings(base_url, api_key, timeout, max_retries, backoff, max_connections))
         self.http = self.client.http
 
-    async def reasoning_state(self, body: dict) -> ReasoningState:
+    async def reasoning_state(self, body: dict) -> ReasoningStateResponse:
         try:
             return await self.client.request("POST", PATH, json=body, parse=_state)
         except HTTPRejected as e:
             raise _refused(e) from None
 
-    async def for_instance(self, instance: Instance) -> ReasoningState:
+    async def for_instance(self, instance: Instance) -> ReasoningStateResponse:
         return await self.reasoning_state(instance_payload(instance))
 
     async def healthy(self) -> bool:

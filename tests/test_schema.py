@@ -1,6 +1,7 @@
 import json
 
 import pytest
+from pydantic import TypeAdapter, ValidationError
 
 from memstate.schema import Fact, Instance, Relation, SchemaError
 
@@ -94,3 +95,49 @@ def test_meta_nulls_from_parquet_are_dropped():
     d = make_instance().to_dict()
     d["meta"] = {"source_file": "train.jsonl", "line": 7, "persona_id": None}
     assert Instance.from_dict(d).meta == {"source_file": "train.jsonl", "line": 7}
+
+
+VALID = {Fact: {"id": "F1", "text": "t", "kind": "evidence"}, Relation: {"src": "F2", "type": "SUPPORTS", "dst": "F1"}}
+GONE = object()  # the field is left out
+
+
+def accepts(check) -> bool:
+    try:
+        check()
+    except (SchemaError, ValidationError):
+        return False
+    return True
+
+
+@pytest.mark.parametrize(
+    ("cls", "change", "ok"),
+    [
+        (Fact, {}, True),
+        (Fact, {"id": "  "}, False),
+        (Fact, {"id": 1}, False),
+        (Fact, {"text": ""}, False),
+        (Fact, {"text": None}, False),
+        (Fact, {"kind": "opinion"}, False),
+        (Fact, {"kind": GONE}, False),
+        (Fact, {"scope": "domain", "turn": 3, "time": "2024-01-02", "role": "conflict"}, True),
+        (Fact, {"scope": "local"}, False),
+        (Fact, {"turn": "3"}, False),
+        (Fact, {"turn": True}, False),
+        (Fact, {"turn": 2.0}, False),
+        (Fact, {"time": " "}, False),
+        (Fact, {"role": "hidden"}, False),
+        (Fact, {"colour": "red"}, False),
+        (Relation, {}, True),
+        (Relation, {"type": "REPLACES"}, False),
+        (Relation, {"src": ""}, False),
+        (Relation, {"dst": 5}, False),
+        (Relation, {"dst": GONE}, False),
+        (Relation, {"weight": 1}, False),
+    ],
+)
+def test_the_api_reads_the_same_rules_as_the_data(cls, change, ok):
+    """The API validates with pydantic, which reads the field annotations; data code with ``from_dict``/``validate``
+    (the checks written out). Both must accept and reject the same values."""
+    data = {k: v for k, v in (VALID[cls] | change).items() if v is not GONE}
+    assert accepts(lambda: cls.from_dict(data)) is ok
+    assert accepts(lambda: TypeAdapter(cls).validate_python(data)) is ok

@@ -16,7 +16,7 @@ from memstate.serve.api import ApiConfig, create_app
 from memstate.serve.policy import free_port
 
 from memstate.prompts import PROMPT_VERSION, policy_messages
-from memstate.schema import Fact, Instance, Relation
+from memstate.schema import FACT_KINDS, Fact, Instance, Relation
 
 GOOD = "- Prefer F2 over F1: F2 supersedes it.\n- Answer from the current memory only."
 BAD = "Sure! You live in Oslo."
@@ -202,7 +202,10 @@ def test_limits_on_facts_text_and_body_size():
         too_long = post(api, long_text)
         huge = payload() | {"question": "x" * 5000}
         too_big = post(api, huge)
+        long_id = payload(replace(INSTANCE, facts=(replace(INSTANCE.facts[0], id="F" * 65),), relations=()))
+        too_long_id = post(api, long_id)
     assert too_many.status_code == 422 and too_many.json()["detail"] == "body.facts: 3 items, at most 2 allowed"
+    assert too_long_id.json()["detail"] == "body.facts[0].id: 65 characters, at most 64 allowed"
     assert too_long.status_code == 422 and too_long.json()["detail"].startswith("body.question: 150 characters")
     assert too_big.status_code == 413 and "over 4000 bytes" in too_big.json()["detail"]
 
@@ -287,7 +290,14 @@ def test_openapi_schema_documents_the_endpoint_and_its_errors():
         schema = api.get("/openapi.json").json()
     op = schema["paths"]["/v1/reasoning-state"]["post"]
     assert {"200", "400", "401", "413", "422", "502", "503", "504"} <= set(op["responses"])
-    assert schema["components"]["schemas"]["FactIn"]["properties"]["kind"]["enum"][0] == "evidence"
+    # The request's facts and relations are the schema's own classes; a fact's role is not part of a request.
+    components = schema["components"]["schemas"]
+    request = components["ReasoningStateRequest"]["properties"]
+    assert request["facts"]["items"]["$ref"].endswith("/ShownFact")
+    assert request["relations"]["items"]["$ref"].endswith("/Relation")
+    fact = components["ShownFact"]
+    assert fact["properties"]["kind"]["enum"] == list(FACT_KINDS) and fact["additionalProperties"] is False
+    assert "role" not in fact["properties"] and components["Relation"]["additionalProperties"] is False
 
 
 @pytest.fixture()
