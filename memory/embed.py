@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from memstate.embedding import DEFAULT_MODEL, Embedder, load_sentence_transformer
+from memstate.embedding import DEFAULT_MODEL, Embedder, encode_normalized, load_sentence_transformer
 
 if TYPE_CHECKING:
     from memstate.memory.onnx_encoder import OnnxSentenceEncoder
@@ -104,13 +104,7 @@ class SentenceTransformerEmbedder:
         # A query or a short session is a few tokens: thread hand-offs cost more than they save, and on a
         # busy 2-core machine one thread is ~3x faster (15 ms instead of 40 ms for a MiniLM query).
         with _torch_threads(1) if len(texts) <= _SMALL_BATCH else contextlib.nullcontext():
-            vecs = model.encode(
-                list(texts),
-                batch_size=self.batch_size,
-                convert_to_numpy=True,
-                normalize_embeddings=True,
-                show_progress_bar=False,
-            )
+            vecs = encode_normalized(model, texts, self.batch_size)
         return normalize(vecs)  # again: a model that ignores normalize_embeddings must still give cosines
 
 

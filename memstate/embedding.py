@@ -92,11 +92,11 @@ class SharedSentenceEmbedder:
         import numpy as np
 
         model = load_sentence_transformer(self.name, self.device)
-        vecs = model.encode(
-            list(texts),
-            batch_size=self.batch_size,
-            convert_to_numpy=True,
-            normalize_embeddings=True,
-            show_progress_bar=False,
-        )
-        return np.asarray(vecs, dtype=np.float32)
+        return np.asarray(encode_normalized(model, texts, self.batch_size), dtype=np.float32)
+
+
+def encode_normalized(model: Any, texts: Sequence[str], batch_size: int) -> np.ndarray:
+    """sentence-transformers' ``encode`` as every embedder here calls it: in batches, unit vectors, numpy, quiet."""
+    return model.encode(
+        list(texts), batch_size=batch_size, convert_to_numpy=True, normalize_embeddings=True, show_progress_bar=False
+    )
