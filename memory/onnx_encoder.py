@@ -5,6 +5,12 @@ packing is most of the time (MiniLM: ~14 ms per query on a 2-core machine). ONNX
 the session opens (~5 ms per query, the same vectors). The whole sentence-transformers pipeline (transformer, pooling,
 normalization) is exported once with ``torch.onnx`` into ``cache_dir()``, under a fingerprint of its weights, module
 configuration and the exporting versions, and every later process loads that file.
+
+Why not sentence-transformers' own ``backend="onnx"`` (checked 2026-12): it loads through ``optimum.onnxruntime``,
+whose only releases (optimum-onnx ≤ 0.1.0) require ``transformers<4.58``; pip finds no set of versions with the
+transformers 5.x this project needs (``pip install --dry-run "optimum-onnx[onnxruntime]" "transformers>=5.17,<5.25"``:
+ResolutionImpossible). Its torch backend is the ~14 ms path above. When optimum supports transformers 5, this
+module can go.
 """
 
 from __future__ import annotations
