@@ -162,6 +162,16 @@ def test_a_malformed_row_names_file_line_and_field(tmp_path, name):
     assert str(err.value).startswith(f"{path}:3: ") and expected in str(err.value)
 
 
+def test_an_id_repeated_in_another_file_names_both(tmp_path):
+    shutil.copy(DATA / "schema.json", tmp_path / "schema.json")
+    line = MEC.read_text(encoding="utf-8").splitlines()[0] + "\n"
+    (tmp_path / "a.jsonl").write_text(line, encoding="utf-8")
+    (tmp_path / "b.jsonl").write_text("\n" + line, encoding="utf-8")
+    expected = rf"^{tmp_path}/b.jsonl:2: field id: .* is already the id of {tmp_path}/a.jsonl:1$"
+    with pytest.raises(MemSycoError, match=expected):
+        load_memsyco_dir(tmp_path)
+
+
 def test_a_missing_schema_is_a_clear_error(tmp_path):
     path = tmp_path / "x.jsonl"
     path.write_text(MEC.read_text(encoding="utf-8").splitlines()[0] + "\n")

@@ -31,7 +31,7 @@ from memstate.prompts import DEFAULT_MAX_PROMPT_TOKENS, PROMPT_VERSION, Message,
 from memstate.responder_config import ResponderConfig, make_responder
 from memstate.rules import FormatError, parse_completion, strip_think
 from memstate.schema import Fact, Instance
-from memstate.sources.memsyco import MemSycoError, MemSycoRow, load_memsyco, memsyco_files
+from memstate.sources.memsyco import MemSycoRow, check_unique_ids, load_memsyco, memsyco_files
 
 logger = logging.getLogger("memstate.evaluate.memsyco")
 
@@ -330,11 +330,7 @@ def evaluate_memsyco(config: MemSycoEvalConfig) -> Path:
     files = memsyco_files(config.data)
     loaded = [(f, load_memsyco(f, config.schema)) for f in files]
     rows = [r for _, rs in loaded for r in rs[: config.max_rows]]
-    seen: dict[str, str] = {}
-    for row in rows:
-        if row.id in seen:
-            raise MemSycoError(f"{row.where}: field id: {row.id!r} is already the id of {seen[row.id]}")
-        seen[row.id] = row.where
+    check_unique_ids(rows)
     if config.relations == "gold" and config.memory_backend:
         raise ConfigError("gold relations and a memory backend exclude each other: the backend's retrieval replaces "
                          "the memory items and their relations")  # fmt: skip

@@ -158,14 +158,17 @@ def memsyco_files(paths: Sequence[str | Path]) -> list[Path]:
     return files
 
 
+def check_unique_ids(rows: Sequence[MemSycoRow]) -> None:
+    """Raise ``MemSycoError`` at the first row whose id an earlier row (of any file) already has."""
+    seen: dict[str, str] = {}
+    for row in rows:
+        if row.id in seen:
+            raise MemSycoError(f"{row.where}: field id: {row.id!r} is already the id of {seen[row.id]}")
+        seen[row.id] = row.where
+
+
 def load_memsyco_dir(path: str | Path, schema: str | Path | None = None) -> list[MemSycoRow]:
     """Every row of every ``*.jsonl`` file in a directory (ids unique across files)."""
-    rows: list[MemSycoRow] = []
-    seen: dict[str, str] = {}
-    for file in memsyco_files([path]):
-        for row in load_memsyco(file, schema):
-            if row.id in seen:
-                raise MemSycoError(f"{row.where}: field id: {row.id!r} is already the id of {seen[row.id]}")
-            seen[row.id] = row.where
-            rows.append(row)
+    rows = [row for file in memsyco_files([path]) for row in load_memsyco(file, schema)]
+    check_unique_ids(rows)
     return rows
