@@ -2,6 +2,11 @@
 MemSearch-o1) and store size at 1k / 10k / 100k facts, on synthetic dialogues, with the rule-based extractor.
 
     PYTHONPATH=. python benchmarks/bench_memory.py [--sizes 1000 10000 100000] [--queries 200] [--embedder minilm]
+        [--store runs/bench_memory.db]
+
+``--store`` keeps the store (by default a temporary one) so that a rerun resumes it: a size the store already holds
+is measured without ingesting (its ingest figures are then the rerun's nothing: read them from the run that grew it).
+Two versions of the code can so be timed on copies of one store, back to back.
 
 One store (one user) grows to each size in turn. A synthetic session is 16 user turns of two first-person
 sentences (preferences, beliefs, experiences, facts, constraints) about made-up topics drawn with a Zipf-like skew,
@@ -146,7 +151,7 @@ def grow(store: MemoryStore, target: int, rng: random.Random, vocab: Vocab, ex: 
         "sessions": sessions,
         "facts_added": len(store) - start_facts,
         "seconds": round(secs, 1),
-        "facts_per_s": round((len(store) - start_facts) / secs, 1),
+        "facts_per_s": round((len(store) - start_facts) / max(secs, 1e-9), 1),
         "rejected_proposals": rejected,
     }
 
@@ -187,6 +192,7 @@ def main() -> None:
     ap.add_argument("--k", type=int, default=10)
     ap.add_argument("--embedder", choices=["minilm", "hash"], default="minilm")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--store", help="keep the store here and resume it when it exists (default: a temporary one)")
     ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "bench_memory.json"))
     args = ap.parse_args()
 
@@ -223,14 +229,14 @@ def main() -> None:
     }
     ex = RuleExtractor()
     with tempfile.TemporaryDirectory() as tmp_dir:
-        tmp = Path(tmp_dir)
+        path = Path(args.store) if args.store else Path(tmp_dir) / "bench.db"
         embedder = TimedEmbedder(default_embedder() if args.embedder == "minilm" else HashEmbedder(384))
         embedder.inner.encode(["load the model before anything is timed"])
-        with MemoryStore(tmp / "bench.db", embedder) as store:
+        with MemoryStore(path, embedder) as store:
             for size in sorted(args.sizes):
                 embedded_s = embedder.seconds
                 ingest = grow(store, size, rng, vocab, ex)
-                ingest["embedding_share"] = round((embedder.seconds - embedded_s) / ingest["seconds"], 2)
+                ingest["embedding_share"] = round((embedder.seconds - embedded_s) / max(ingest["seconds"], 0.1), 2)
                 t = time.perf_counter()
                 routed = clag_memory(store, CLAG).sync()
                 routing_s = time.perf_counter() - t
