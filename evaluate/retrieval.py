@@ -17,7 +17,7 @@ fact's ``source``) and scored:
 
 ``bm25_turns@k``: the ``k`` best raw turns (``"<speaker>: <text>"``, the image caption as the LoCoMo reader keeps it)
 by SQLite FTS5's BM25 (porter stemming), the question as the same OR of its words that the stores' own lexical
-index is asked (``memory.store.match_query``: question and stop words left out, which lifts this baseline by several
+index is asked (``memory.search.match_query``: question and stop words left out, which lifts this baseline by several
 points over an OR of every token). Every report has it.
 
 Traversal must earn its tokens: each backend other than ``naive`` is compared with ``naive`` asked, per question,
@@ -49,7 +49,7 @@ from memstate.memory.backends import backend_names, get_backend
 from memstate.memory.cli import EXTRACTORS, store_name
 from memstate.memory.extract import DEFAULT_EXTRACTOR, make_extractor
 from memstate.memory.ingest import locomo_sessions
-from memstate.memory.store import match_query
+from memstate.memory.search import match_query
 from tqdm import tqdm
 
 from memstate.errors import ConfigError, InputError, InputNotFound

@@ -72,8 +72,10 @@ import numpy as np
 from memstate.memory.backends import Backend, Query, register
 from memstate.memory.embed import normalize
 from memstate.memory.llm_client import ChatJSON, LLMError
+from memstate.memory.records import fact_id, fact_num
 from memstate.memory.rule_extractor import topic
-from memstate.memory.store import HYBRID_POOL, MemoryStore, fact_id, fact_num, rrf
+from memstate.memory.search import HYBRID_POOL, rrf
+from memstate.memory.store import MemoryStore
 
 logger = logging.getLogger("memstate.memory")
 

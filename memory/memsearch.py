@@ -59,9 +59,10 @@ import numpy as np
 from memstate.memory.backends import Backend, Query, register
 from memstate.memory.embed import normalize
 from memstate.memory.llm_client import ChatJSON, LLMError
+from memstate.memory.records import fact_num
 from memstate.memory.rule_extractor import sentences
 from memstate.memory.seeds import Seed, SeedExtractor, default_seed_extractor, seed_matches
-from memstate.memory.store import MemoryStore, fact_num
+from memstate.memory.store import MemoryStore
 
 MEMSEARCH_PROMPT_VERSION = "ms-memsearch-v1"
 

@@ -1,11 +1,12 @@
-"""The plain data the memory pipeline passes around: turns and sessions, an extractor's proposal, stored facts,
-ingest reports.
+"""The plain data the memory pipeline passes around: turns and sessions, an extractor's proposal, stored facts and
+their ids, ingest reports.
 
 Kept apart from the store and the extractors so that both import it without importing each other.
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 
 from memstate.schema import SCOPES
@@ -16,6 +17,20 @@ FACT_RELATIONS = ("SUPERSEDES", "CONFLICTS_WITH")
 CONCEPT_OPS = ("CREATE", "MERGE", "SPLIT")
 TURN_ROLES = ("user", "assistant", "system")
 MAX_FACTS_PER_SESSION = 32
+STORED_ID = re.compile(r"^m[0-9]+$")  # a stored fact's id: "m" and its number in the store
+
+
+def fact_id(num: int) -> str:
+    return f"m{num}"
+
+
+def fact_num(ref: str) -> int | None:
+    """The number of a stored fact id ("m12" → 12); None for anything else.
+
+    >>> fact_num("m12"), fact_num("n1")
+    (12, None)
+    """
+    return int(ref[1:]) if isinstance(ref, str) and STORED_ID.match(ref) else None
 
 
 @dataclass(frozen=True)
@@ -145,7 +160,7 @@ class IngestReport:
     """The outcome of one session: ``committed``, ``rejected`` (nothing written) or ``duplicate`` (already in the
     store, nothing written). ``fact_ids`` and ``edges`` are what was committed; ``facts`` / ``relations`` count them.
     ``parts``: the ids the session was committed as when it held more facts than one session may (see
-    ``memory.store``); empty when it was committed whole."""
+    ``memory.commit``); empty when it was committed whole."""
 
     session_id: str
     status: str

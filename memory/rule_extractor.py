@@ -16,7 +16,7 @@
   cosine ≥ ``threshold`` instead of shared topic words (``topic``: the sentence's content words, stop words and cue
   words removed, plural "s" stripped).
 - **No cap here**: every cue sentence is proposed; a session with more facts than one may commit is split by the
-  store (``memory.store``), so none is dropped without a word.
+  store (``memory.commit``), so none is dropped without a word.
 - **Concepts**: the first two topic words of each fact (four letters or more) name its concepts; unknown names are
   CREATEd as roots. The rules never MERGE or SPLIT.
 """

@@ -17,7 +17,6 @@ as the earlier edits left it.
 
 from __future__ import annotations
 
-import re
 from collections import defaultdict
 from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -27,6 +26,7 @@ from memstate.memory.records import (
     MAX_FACTS_PER_SESSION,
     MEMORY_KINDS,
     MEMORY_SCOPES,
+    STORED_ID,
     FactProposal,
     Proposal,
     Rejection,
@@ -35,7 +35,6 @@ from memstate.memory.records import (
 )
 
 MAX_FACT_CHARS = 1000
-STORED_ID = re.compile(r"^m[0-9]+$")
 # Which kinds an edge may join. A preference or constraint is replaced by a later one; a fact or belief by a
 # corrected one; an experience happened and is never outdated. Conflicts are between claims about the world, or
 # between tastes and limits.

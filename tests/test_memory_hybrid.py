@@ -10,7 +10,7 @@ from memstate.memory import MemoryStore, Turn, retrieve
 from memstate.memory.clag import ClagConfig, clag_memory
 from memstate.memory.embed import normalize
 from memstate.memory.records import FactProposal, Proposal
-from memstate.memory.store import match_query
+from memstate.memory.search import match_query
 
 from tests.test_memory_clag import AxisEmbedder, Verbatim
 

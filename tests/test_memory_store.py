@@ -312,7 +312,7 @@ def test_rule_extractor_kinds_and_skips():
 def test_split_scan_finds_the_same_nearest_facts(tmp_path, monkeypatch):
     """Above ``_SPLIT_SCAN_ROWS`` facts the scan runs in two halves at once; it must rank exactly as one pass."""
     import numpy as np
-    from memstate.memory import store as store_module
+    from memstate.memory import search as search_module
 
     texts = [f"I like blue {w} number {i}." for i, w in enumerate(["tea", "cake", "kites", "maps"] * 30)]
     with MemoryStore(tmp_path / "split.db", HashEmbedder(64)) as s:
@@ -320,8 +320,8 @@ def test_split_scan_finds_the_same_nearest_facts(tmp_path, monkeypatch):
         s.ingest_session(user(*texts[60:]), RuleExtractor(), session_id="b")
         query = s.embed_query("blue kites number 7")
         one_pass = s.nearest(query, 15)
-        monkeypatch.setattr(store_module, "_SPLIT_SCAN_ROWS", 8)
+        monkeypatch.setattr(search_module, "_SPLIT_SCAN_ROWS", 8)
         halves = s.nearest(query, 15)
         nums, matrix = s.index_view()
         assert len(nums) > 60 and halves == one_pass
-        np.testing.assert_array_equal(store_module._scores(matrix, query), np.einsum("ij,j->i", matrix, query))
+        np.testing.assert_array_equal(search_module._scores(matrix, query), np.einsum("ij,j->i", matrix, query))
