@@ -37,7 +37,7 @@ from dataclasses import dataclass
 from memstate.errors import ServerUnavailable
 from memstate.http import _REPLY_ERRORS, AsyncHTTPClient, HTTPRejected, HTTPSettings, HTTPStats, HTTPUnavailable
 from memstate.prompts import Message
-from memstate.responder_protocol import ContinuationLogprob
+from memstate.responders.protocol import ContinuationLogprob
 
 __all__ = ["HTTPStats", "OpenAIResponder", "ResponderIncompatible", "ResponderStats", "ResponderUnavailable"]
 
