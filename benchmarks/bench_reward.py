@@ -34,7 +34,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 from memstate.data import load_split
 from memstate.leak import leaks_answer
 from memstate.prompts import policy_messages
-from memstate.responder import TransformersResponder
+from memstate.responders.local import TransformersResponder
 from memstate.rules import parse_state
 from memstate.schema import Instance
 from memstate.tiny_models import build_tiny_models

@@ -31,6 +31,7 @@ from memstate.serve.policy import PolicyServerConfig, free_port, has_cuda, log_t
 from prometheus_client.parser import text_string_to_metric_families
 from results_io import report
 
+from memstate.chat import CHAT_COMPLETIONS, chat_reply, chat_request
 from memstate.data import load_split
 from memstate.prompts import policy_messages
 from memstate.tiny_models import build_tiny_models
@@ -86,11 +87,10 @@ async def direct(policy_url: str, instances, concurrency: int):
 
         def call(inst):
             async def go():
-                body = {"model": SERVED, "messages": policy_messages(inst), "temperature": TEMPERATURE,
-                        "max_tokens": MAX_TOKENS}  # fmt: skip
-                reply = await http.post("/v1/chat/completions", json=body)
+                body = chat_request(SERVED, policy_messages(inst), temperature=TEMPERATURE, max_tokens=MAX_TOKENS)
+                reply = await http.post(CHAT_COMPLETIONS, json=body)
                 reply.raise_for_status()
-                return reply.json()["choices"][0]["message"]["content"]
+                return chat_reply(reply.json()).text
 
             return go
 

@@ -37,7 +37,7 @@ from memstate.experiment.sycophancy import (
 from scipy import stats
 
 from memstate.data import load_split
-from memstate.responder import TransformersResponder
+from memstate.responders.local import TransformersResponder
 from memstate.threads import configure_threads
 
 RESULTS = Path(__file__).resolve().parent / "results"

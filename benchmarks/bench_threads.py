@@ -65,7 +65,7 @@ def child_grpo(args: argparse.Namespace) -> None:
     from trl import GRPOConfig, GRPOTrainer
 
     from memstate.data import load_split
-    from memstate.responder import TransformersResponder
+    from memstate.responders.local import TransformersResponder
 
     class StepTimer(TrainerCallback):
         def __init__(self) -> None:

@@ -24,7 +24,7 @@ from results_io import report
 
 from memstate.leak import leaks_answer
 from memstate.leak.redteam import load_redteam
-from memstate.responder_config import ResponderConfig, make_responder
+from memstate.responders import ResponderConfig, make_responder
 from memstate.rules import parse_state
 
 ROOT = Path(__file__).resolve().parent.parent

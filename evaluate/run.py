@@ -52,7 +52,7 @@ from memstate.prompts import (
     fit_prompt,
     responder_messages,
 )
-from memstate.responder_config import DTYPES, SCORE_MODES, ResponderConfig, make_responder
+from memstate.responders import DTYPES, SCORE_MODES, ResponderConfig, make_responder
 from memstate.rules import CUT_OFF, FormatError, parse_completion
 from memstate.schema import Instance, option_letters
 

@@ -53,8 +53,8 @@ from memstate.data import load_split, manifest_sha256
 from memstate.errors import ConfigError
 from memstate.parsing import StageParser, activation_checkpointing
 from memstate.prompts import DEFAULT_MAX_PROMPT_TOKENS, PROMPT_VERSION
-from memstate.responder import TransformersResponder
-from memstate.responder_config import ResponderConfig
+from memstate.responders import ResponderConfig
+from memstate.responders.local import TransformersResponder
 
 logger = logging.getLogger("memstate.experiment")
 

@@ -15,7 +15,7 @@ from memstate.memory.store import MemoryStore
 from memstate.serve.client import ReasoningStateClient, payload
 
 from memstate.prompts import responder_request_messages
-from memstate.responder import Responder
+from memstate.responders import Responder
 
 
 @dataclass(frozen=True)

@@ -21,7 +21,7 @@ from tqdm.auto import tqdm
 
 from memstate.errors import ConfigError, InputNotFound
 from memstate.parsing import StageParser
-from memstate.responder_config import ResponderConfig, make_responder
+from memstate.responders import ResponderConfig, make_responder
 
 logger = logging.getLogger("memstate.memory")
 

@@ -1,6 +1,7 @@
 """A small JSON chat client for the memory backends' LLM decisions (CLAG's router, profiles and cluster choice;
 MemSearch-o1's fragment extraction and sub-queries): any OpenAI-compatible ``/v1/chat/completions`` endpoint, asked
-for JSON through ``response_format: json_schema``, over ``memstate.http`` (the HTTP layer of every client).
+for JSON through ``response_format: json_schema``, over ``memstate.chat`` and ``memstate.http`` (the chat and HTTP
+layers of every client).
 
 Two budgets, ``retries`` each. Transport errors, timeouts, 429, 5xx and bodies without a message are the HTTP layer's
 (retried with backoff and jitter); a server still failing after them ends the call. A message that is not JSON or
@@ -19,6 +20,7 @@ from typing import Any
 
 import jsonschema_rs
 
+from memstate.chat import chat, chat_request
 from memstate.http import HTTPClient, HTTPRejected, HTTPSettings, HTTPUnavailable
 
 logger = logging.getLogger("memstate.memory")
@@ -57,13 +59,6 @@ def parse_json_reply(content: str, validator: Any) -> dict[str, Any]:
         path = "/".join(map(str, error.instance_path)) or "(reply)"
         raise ValueError(f"schema: {path}: {error.message}")
     return data
-
-
-def _content(body: dict[str, Any]) -> str:
-    content = body["choices"][0]["message"]["content"]
-    if not isinstance(content, str):
-        raise TypeError(f"message content is {type(content).__name__}")
-    return content
 
 
 class ChatJSON:
@@ -111,17 +106,17 @@ class ChatJSON:
         validator = self._validators.get(key)
         if validator is None:
             validator = self._validators[key] = jsonschema_rs.validator_for(schema)
-        body = {
-            "model": self.model,
-            "messages": list(messages),
-            "temperature": self.temperature if temperature is None else temperature,
-            "max_tokens": self.max_tokens,
-            "response_format": {"type": "json_schema", "json_schema": {"name": name, "schema": schema, "strict": True}},
-        }
+        body = chat_request(
+            self.model,
+            messages,
+            temperature=self.temperature if temperature is None else temperature,
+            max_tokens=self.max_tokens,
+            response_format={"type": "json_schema", "json_schema": {"name": name, "schema": schema, "strict": True}},
+        )
         invalid: list[str] = []
         for ask in range(1, self.retries + 2):
             try:
-                content = self.http.request("POST", "/v1/chat/completions", json=body, parse=_content)
+                content = chat(self.http, body).text
             except HTTPRejected as e:  # the request itself is wrong: asking again will not help
                 self.failures += 1
                 raise LLMError(invalid, [], f"HTTP {e.status} from {self.url}: {e.text[:300]}") from None

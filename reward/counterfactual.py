@@ -31,7 +31,7 @@ from memstate.reward.fit import facts_cut, fit_to_responder
 from memstate.reward.responder_score import MODES, Judgement, judge
 
 from memstate.leak import instance_leak_reason
-from memstate.responder import Responder
+from memstate.responders import Responder
 from memstate.rules import CUT_OFF, FormatError, parse_completion
 from memstate.schema import Instance
 

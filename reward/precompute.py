@@ -24,8 +24,7 @@ from tqdm import tqdm
 from memstate.data import load_split, split_path
 from memstate.errors import ConfigError
 from memstate.parsing import StageParser
-from memstate.responder import Responder
-from memstate.responder_config import ResponderConfig, make_responder
+from memstate.responders import Responder, ResponderConfig, make_responder
 
 logger = logging.getLogger("memstate.reward")
 

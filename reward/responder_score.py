@@ -24,7 +24,7 @@ from dataclasses import dataclass, replace
 from memstate.reward.score import compute_score, continuation_probability, option_probability
 
 from memstate.prompts import responder_messages
-from memstate.responder import Responder
+from memstate.responders import Responder
 from memstate.schema import Instance, option_letters
 
 MODES = ("likelihood", "exact")

@@ -21,7 +21,8 @@ import json
 import logging
 import os
 import time
-from contextlib import asynccontextmanager
+from collections.abc import Iterator
+from contextlib import asynccontextmanager, contextmanager
 from dataclasses import asdict, dataclass, field
 from typing import Annotated
 
@@ -34,6 +35,7 @@ from memstate.serve.shapes import ReasoningStateRequest, ReasoningStateResponse
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram, generate_latest
 from pydantic import BaseModel
 
+from memstate.chat import CHAT_COMPLETIONS, ChatReply, achat, chat_request
 from memstate.checkpoint import CheckpointMetadata
 from memstate.http import AsyncHTTPClient, HTTPRejected, HTTPSettings, HTTPUnavailable
 from memstate.leak import leak_reason
@@ -118,18 +120,6 @@ def _listed_model(listed: dict) -> str:
         raise ValueError(f"/v1/models lists no model: {str(listed)[:200]}") from None
 
 
-def _message(reply: dict) -> tuple[str, bool]:
-    """The reply's text, and whether generation stopped at ``max_tokens`` (OpenAI's ``finish_reason: length``)."""
-    try:
-        choice = reply["choices"][0]
-        text = choice["message"]["content"]
-    except (KeyError, IndexError, TypeError):
-        raise ValueError(f"the policy's reply has no message: {str(reply)[:200]}") from None
-    if not isinstance(text, str):
-        raise ValueError(f"the policy's message content is {type(text).__name__}, not text")
-    return text, choice.get("finish_reason") == "length"
-
-
 class PolicyClient:
     """Chat completions against the policy's vLLM server (``memstate.http``: bounded to ``max_concurrency`` calls in
     flight, ``policy_retries`` retries), its failures mapped to our status codes — never an exception of its own."""
@@ -144,10 +134,12 @@ class PolicyClient:
         self.http = self.client.http
         self.model = config.policy_model
 
-    async def _call(self, method: str, path: str, payload: dict | None = None, parse=None):
+    @contextmanager
+    def _policy_errors(self, path: str) -> Iterator[None]:
+        """The HTTP layer's failures of a call to ``path``, as ``PolicyError``s (our status codes)."""
         url = self.client.url(path)
         try:
-            return await self.client.request(method, path, json=payload, parse=parse)
+            yield
         except HTTPRejected as e:
             if e.status == 400 and "context length" in e.text:
                 raise PolicyError(422, "too_long", f"the prompt is too long for the policy: {e.text[:300]}") from None
@@ -162,24 +154,22 @@ class PolicyClient:
             if e.kind == "status":
                 raise PolicyError(502, f"http_{e.status}", f"the policy answered {e.status}: {e.body}{tries}") from None
             reason = e.last.removeprefix("malformed reply: ")
-            if not reason.startswith("the policy"):
-                reason = f"the policy's reply is malformed: {reason}"
-            raise PolicyError(502, "garbage", f"{reason}{tries}") from None
+            raise PolicyError(502, "garbage", f"the policy's reply is malformed: {reason}{tries}") from None
 
     async def model_name(self) -> str:
         if self.model is None:
-            self.model = await self._call("GET", "/v1/models", parse=_listed_model)
+            with self._policy_errors("/v1/models"):
+                self.model = await self.client.request("GET", "/v1/models", parse=_listed_model)
         return self.model
 
-    async def chat(self, messages: list[dict]) -> tuple[str, bool]:
-        """The policy's reply and whether it was cut off at ``max_tokens``."""
-        payload = {
-            "model": await self.model_name(),
-            "messages": messages,
-            "temperature": self.config.temperature,
-            "max_tokens": self.config.max_tokens,
-        }
-        return await self._call("POST", "/v1/chat/completions", payload, _message)
+    async def chat(self, messages: list[dict]) -> ChatReply:
+        """The policy's reply: its text and whether it was cut off at ``max_tokens``."""
+        config = self.config
+        request = chat_request(
+            await self.model_name(), messages, temperature=config.temperature, max_tokens=config.max_tokens
+        )
+        with self._policy_errors(CHAT_COMPLETIONS):
+            return await achat(self.client, request)
 
     async def healthy(self) -> bool:
         # One quick attempt on the raw client, outside the concurrency bound: a probe must not queue behind chats.

@@ -19,8 +19,8 @@ from memstate.reward.counterfactual import CounterfactualGainReward, RewardConfi
 
 from memstate.leak import instance_leak_reason
 from memstate.prompts import STATE_HEADER
-from memstate.responder import TransformersResponder
-from memstate.responder_protocol import ContinuationLogprob
+from memstate.responders import ContinuationLogprob
+from memstate.responders.local import TransformersResponder
 from memstate.rules import parse_state
 from memstate.schema import Fact, Instance, Relation
 
@@ -326,7 +326,7 @@ def test_a_short_training_run_writes_the_audit_and_fills_trls_completion_columns
     from trl import GRPOConfig
 
     from memstate.parsing import activation_checkpointing
-    from memstate.responder_config import ResponderConfig
+    from memstate.responders import ResponderConfig
 
     # 40 warm-up steps and sampling at T = 0.5: measured, 15 of the 16 states passed the format gate (30 steps: 5;
     # T = 1.0: 2), so the answer-flow path runs inside training; ~25 s in all.

@@ -16,7 +16,8 @@ from memstate.reward.responder_score import Judgement, exact_judgements, likelih
 
 from memstate.data import SPLITS, load_split
 from memstate.prompts import responder_messages
-from memstate.responder import ContinuationLogprob, TransformersResponder
+from memstate.responders import ContinuationLogprob
+from memstate.responders.local import TransformersResponder
 from memstate.schema import option_letters
 
 TINY = Path(__file__).resolve().parents[1] / "configs" / "data" / "tiny.yaml"

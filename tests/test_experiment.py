@@ -25,7 +25,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, TrainingArguments
 
 from memstate.cli import main
 from memstate.data import load_split
-from memstate.responder import TransformersResponder
+from memstate.responders.local import TransformersResponder
 
 CONDITIONS = ("no_state", "self_guide", "checkpoint", "control_lr0", "control_shuffled")
 TINY = ["--users", "120", "--responder_steps", "4", "--warmup_steps", "4", "--grpo_steps", "2", "--lr0_steps", "1",

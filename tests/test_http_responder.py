@@ -7,8 +7,8 @@ import pytest
 from fake_openai_server import FaultyOpenAIServer
 from memstate.reward.counterfactual import CounterfactualGainReward, RewardConfig
 
-from memstate.http_responder import OpenAIResponder, ResponderUnavailable
 from memstate.prompts import responder_messages
+from memstate.responders.remote import OpenAIResponder, ResponderUnavailable
 
 STATE = "- Weigh the evidence against the user's view.\n- Answer from the evidence facts only."
 
@@ -111,11 +111,12 @@ def test_training_with_a_down_responder_fails_before_training(tiny_models, fever
 
 
 def test_the_http_responder_does_not_import_torch():
-    """No import cycle with memstate.responder (torch, transformers): the protocol lives in a light module."""
+    """No import cycle with memstate.responders.local (torch, transformers): the protocol lives in a light module, and
+    the package re-exports only light names."""
     import subprocess
     import sys
 
-    code = "import sys, memstate.http_responder; assert 'torch' not in sys.modules, 'torch imported'"
+    code = "import sys, memstate.responders.remote; assert 'torch' not in sys.modules, 'torch imported'"
     subprocess.run([sys.executable, "-c", code], check=True)
 
 

@@ -94,6 +94,16 @@ def test_every_released_format_has_one_core_reader() -> None:
     assert {"data_build", "memory", "evaluate"} <= users
 
 
+def test_the_responders_package_is_core() -> None:
+    """The responder (protocol, config, both backends) is one core package: checked as core, so it imports no stage,
+    and its old flat modules are gone (no second copy, no re-export)."""
+    files = _files()
+    responders = {p.stem: layer for layer, p in files if p.parent == ROOT / "memstate" / "responders"}
+    assert responders == dict.fromkeys(("__init__", "protocol", "config", "local", "remote"), "core")
+    old = ("responder.py", "responder_protocol.py", "responder_config.py", "http_responder.py")
+    assert not any((ROOT / "memstate" / name).exists() for name in old)
+
+
 @pytest.mark.parametrize(
     ("layer", "source", "allowed"),
     [
@@ -107,6 +117,8 @@ def test_every_released_format_has_one_core_reader() -> None:
         ("evaluate", "from memstate.memory.store import MemoryStore", True),
         ("core", "from memstate.data_build.records import SourceRead", False),
         ("memory", "from memstate.sources.locomo import read_locomo", True),
+        ("core", "def f():\n    from memstate.reward.fit import fit_facts", False),
+        ("reward", "from memstate.responders.remote import OpenAIResponder", True),
     ],
 )
 def test_the_check_catches_a_forbidden_import(tmp_path: Path, layer: str, source: str, allowed: bool) -> None:

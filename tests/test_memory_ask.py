@@ -25,7 +25,7 @@ from shipped_data import MEMSYCO
 from memstate.cli import main
 from memstate.errors import ServerUnavailable
 from memstate.prompts import STATE_HEADER
-from memstate.responder import TransformersResponder
+from memstate.responders.local import TransformersResponder
 
 ROOT = Path(__file__).resolve().parents[1]
 VMS = MEMSYCO / "valid_memory_selection.jsonl"

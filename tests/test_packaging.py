@@ -52,6 +52,7 @@ def test_a_built_wheel_installs_next_to_hugging_face_evaluate(tmp_path: Path) ->
     )
     assert build.returncode == 0, build.stderr[-3000:]
     assert (target / "memstate" / "evaluate" / "memsyco" / "judge.py").is_file()
+    assert (target / "memstate" / "responders" / "remote.py").is_file()  # a core subpackage
     assert not (target / "evaluate").exists() and not (target / "train").exists()
     # The wheel goes first on the path, so the editable install cannot stand in for it.
     env = {"PYTHONPATH": str(target), "PATH": "/usr/bin:/bin", "HF_HUB_OFFLINE": "1"}

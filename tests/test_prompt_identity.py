@@ -41,7 +41,7 @@ class RecordingResponder:
         return ["B"] * len(prompts)
 
     def answer_logprob(self, prompts, continuations):
-        from memstate.responder_protocol import ContinuationLogprob
+        from memstate.responders import ContinuationLogprob
 
         self.prompts += prompts
         return [[ContinuationLogprob(-1.0, 1) for _ in c] for c in continuations]

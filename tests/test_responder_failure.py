@@ -18,9 +18,9 @@ from memstate.reward.failure import UnscorableGuard
 
 from memstate.errors import ConfigError, ResponderFailure
 from memstate.http import HTTPClient, HTTPSettings, HTTPUnavailable
-from memstate.http_responder import OpenAIResponder, ResponderIncompatible
 from memstate.prompts import responder_messages
-from memstate.responder_config import ResponderConfig, make_responder
+from memstate.responders import ResponderConfig, make_responder
+from memstate.responders.remote import OpenAIResponder, ResponderIncompatible
 
 ROOT = Path(__file__).resolve().parents[1]
 STATE = "- Weigh the evidence against the user's view.\n- Answer from the evidence facts only."

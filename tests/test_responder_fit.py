@@ -10,9 +10,9 @@ from memstate.reward.cache import BaselineCache, baseline_key
 from memstate.reward.counterfactual import CounterfactualGainReward, RewardConfig
 from memstate.reward.fit import RESERVE, cut_instance, fit_to_responder
 
-from memstate.http_responder import OpenAIResponder
 from memstate.prompts import responder_messages
-from memstate.responder import TransformersResponder
+from memstate.responders.local import TransformersResponder
+from memstate.responders.remote import OpenAIResponder
 from memstate.rules import parse_state
 from memstate.schema import Fact, Instance, Relation
 

@@ -4,7 +4,7 @@ from memstate.reward.counterfactual import CounterfactualGainReward, RewardConfi
 from memstate.reward.responder_score import exact_judgements, likelihood_judgements
 
 from memstate.leak import leaks_answer
-from memstate.responder import TransformersResponder
+from memstate.responders.local import TransformersResponder
 from memstate.rules import parse_state
 
 GOOD = "- Weigh the evidence in {ev} against the user's claim in {user}.\n- Answer from the evidence facts only."

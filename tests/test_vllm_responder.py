@@ -22,7 +22,7 @@ from vllm_server import ROOT, SERVED_NAME, build_responder, http_json, vllm_serv
 
 from memstate.data import load_split
 from memstate.prompts import responder_messages
-from memstate.responder import TransformersResponder
+from memstate.responders.local import TransformersResponder
 from memstate.schema import option_letters
 
 pytestmark = pytest.mark.vllm
@@ -190,7 +190,7 @@ def test_openai_responder_matches_the_transformers_responder(instances, local, s
     """The reward's HTTP backend on the served weights judges exactly like the in-process backend."""
     from memstate.reward.responder_score import exact_judgements, likelihood_judgements
 
-    from memstate.http_responder import OpenAIResponder
+    from memstate.responders.remote import OpenAIResponder
 
     remote = OpenAIResponder(server, SERVED_NAME, timeout=120.0, max_retries=1, concurrency=8)
     try:
@@ -263,7 +263,7 @@ def test_eval_against_the_served_responder_agrees_with_the_in_process_one(
 def test_a_real_vllm_server_passes_the_contract_check_of_both_score_modes(server):
     """What `memstate train` asks of the responder at start (the requests each score mode sends, built by the scoring
     code) is what vLLM 0.31 serves; the server reports its version and context length."""
-    from memstate.http_responder import OpenAIResponder
+    from memstate.responders.remote import OpenAIResponder
 
     remote = OpenAIResponder(server, SERVED_NAME, timeout=120.0, max_retries=1, concurrency=4)
     try:

@@ -17,7 +17,7 @@ from memstate.train.config import (
 from memstate.train.launch import fit_to_world
 
 from memstate.errors import ConfigError
-from memstate.responder_config import ResponderConfig
+from memstate.responders import ResponderConfig
 
 __all__ = ["make_parser", "run"]  # the command's parser and runner (memstate/cli.py: COMMANDS)
 

@@ -14,7 +14,7 @@ from memstate.data import load_split
 from memstate.errors import ConfigError
 from memstate.parsing import StageParser
 from memstate.prompts import DEFAULT_MAX_PROMPT_TOKENS
-from memstate.responder_config import ResponderConfig
+from memstate.responders import ResponderConfig
 
 
 @dataclass

@@ -46,8 +46,8 @@ from memstate.checkpoint import CheckpointMetadata
 from memstate.data import manifest_sha256
 from memstate.errors import ConfigError, ResponderFailure
 from memstate.prompts import PROMPT_VERSION
-from memstate.responder import outside_zero3
-from memstate.responder_config import ResponderConfig, make_responder
+from memstate.responders import ResponderConfig, make_responder
+from memstate.responders.local import outside_zero3
 
 logger = logging.getLogger("memstate.train")
 

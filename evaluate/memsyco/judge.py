@@ -17,6 +17,7 @@ from memstate.evaluate.memsyco.prompts import (
     VALID_MEMORY_JUDGE_PROMPT,
 )
 
+from memstate.chat import CHAT_COMPLETIONS, chat, chat_request
 from memstate.errors import ServerUnavailable
 from memstate.http import HTTPClient, HTTPRejected, HTTPSettings, HTTPUnavailable
 from memstate.prompts import Message
@@ -338,7 +339,7 @@ class JudgeConfig:
     )
 
     def endpoint(self) -> str:
-        return self.root() + "/v1/chat/completions"
+        return self.root() + CHAT_COMPLETIONS
 
     def root(self) -> str:
         """The server root: ``url`` without a trailing ``/v1``."""
@@ -355,22 +356,11 @@ class JudgeConfig:
         return HTTPClient(self.settings())
 
 
-def _content(body: dict[str, Any]) -> str:
-    content = body["choices"][0]["message"]["content"]
-    if content is not None and not isinstance(content, str):
-        raise TypeError(f"content is {type(content).__name__}")
-    return content or ""
-
-
 def _chat(config: JudgeConfig, client: HTTPClient, messages: list[Message]) -> str:
-    payload = {
-        "model": config.model,
-        "messages": messages,
-        "temperature": config.temperature,
-        "max_tokens": config.max_tokens,
-        **config.extra_body,
-    }
-    return client.request("POST", "/v1/chat/completions", json=payload, parse=_content)
+    """The judge's reply text; a null content reads as "" (an empty reply, left unjudged by its parsing).
+    ``extra_body`` goes last and may override any field."""
+    request = chat_request(config.model, messages, temperature=config.temperature, max_tokens=config.max_tokens)
+    return chat(client, request | config.extra_body, none_as_empty=True).text
 
 
 def judge_answer(config: JudgeConfig, row: MemSycoRow, answer: str, *, client: HTTPClient | None = None) -> JudgeResult:

@@ -28,7 +28,7 @@ from memstate.checkpoint import CheckpointMetadata
 from memstate.errors import ConfigError
 from memstate.parsing import StageParser
 from memstate.prompts import DEFAULT_MAX_PROMPT_TOKENS, PROMPT_VERSION, Message, responder_messages
-from memstate.responder_config import ResponderConfig, make_responder
+from memstate.responders import ResponderConfig, make_responder
 from memstate.rules import FormatError, parse_completion, strip_think
 from memstate.schema import Fact, Instance
 from memstate.sources.memsyco import MemSycoRow, check_unique_ids, load_memsyco, memsyco_files

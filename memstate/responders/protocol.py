@@ -1,7 +1,7 @@
 """What a responder is, without any backend: the ``Responder`` protocol and ``ContinuationLogprob``.
 
-Light on purpose (no torch, no transformers): ``memstate.http_responder`` and the reward's callers import it without
-loading a model stack. ``memstate.responder`` re-exports both names.
+Light on purpose (no torch, no transformers): ``memstate.responders.remote`` and the reward's callers import it without
+loading a model stack (``memstate.responders`` re-exports both names).
 """
 
 from __future__ import annotations

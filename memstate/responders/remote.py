@@ -34,10 +34,11 @@ import logging
 import threading
 from dataclasses import dataclass
 
+from memstate.chat import CHAT_COMPLETIONS, achat, chat_reply, chat_request
 from memstate.errors import ServerUnavailable
 from memstate.http import _REPLY_ERRORS, AsyncHTTPClient, HTTPRejected, HTTPSettings, HTTPStats, HTTPUnavailable
 from memstate.prompts import Message
-from memstate.responder_protocol import ContinuationLogprob
+from memstate.responders.protocol import ContinuationLogprob
 
 __all__ = ["HTTPStats", "OpenAIResponder", "ResponderIncompatible", "ResponderStats", "ResponderUnavailable"]
 
@@ -218,7 +219,7 @@ class OpenAIResponder:
             ]  # fmt: skip
             if all(len(ids) == 1 for ids in letter_ids):  # else scoring sends the letters down the free-text path
                 await self._probe(
-                    "a chat request with logprob_token_ids", "/v1/chat/completions",
+                    "a chat request with logprob_token_ids", CHAT_COMPLETIONS,
                     self._option_payload(messages, [ids[0] for ids in letter_ids]),
                     lambda body: _parse_token_logprobs(body, letters),
                     "no choices[0].logprobs.content[0].top_logprobs entries for the requested tokens",
@@ -244,7 +245,8 @@ class OpenAIResponder:
                 "prompt_logprobs",
             )  # fmt: skip
         await self._probe(
-            "a greedy chat request", "/v1/chat/completions", self._answer_payload(messages, 4), _parse_chat,
+            "a greedy chat request", CHAT_COMPLETIONS, self._answer_payload(messages, 4),
+            lambda body: chat_reply(body).text,
             "no choices[0].message.content text",
             f"exact scoring reads the answer there {tested}",
         )  # fmt: skip
@@ -260,34 +262,24 @@ class OpenAIResponder:
     def _text_tokens_payload(self, text: str) -> dict:  # POST /tokenize of a continuation (an option letter)
         return {"model": self.model, "prompt": text, "add_special_tokens": False}
 
+    def _template(self) -> dict:  # the chat template options every chat-templated request carries
+        return {"chat_template_kwargs": self.chat_template_kwargs} if self.chat_template_kwargs else {}
+
     def _chat_tokens_payload(self, messages: list[Message]) -> dict:  # POST /tokenize of a chat prompt
-        payload = {"model": self.model, "messages": messages, "add_generation_prompt": True}
-        if self.chat_template_kwargs:
-            payload["chat_template_kwargs"] = self.chat_template_kwargs
-        return payload
+        return {"model": self.model, "messages": messages, "add_generation_prompt": True, **self._template()}
 
     def _continuation_payload(self, prompt_ids: list[int], cont: list[int]) -> dict:  # POST /v1/completions
         return {"model": self.model, "prompt": prompt_ids + cont, "max_tokens": 1, "temperature": 0.0,
                 "prompt_logprobs": 0}  # fmt: skip
 
-    def _option_payload(self, messages: list[Message], ids: list[int]) -> dict:  # POST /v1/chat/completions
-        payload = {
-            "model": self.model,
-            "messages": messages,
-            "max_tokens": 1,
-            "temperature": 0.0,
-            "logprobs": True,
-            "logprob_token_ids": ids,
-        }
-        if self.chat_template_kwargs:
-            payload["chat_template_kwargs"] = self.chat_template_kwargs
-        return payload
+    def _option_payload(self, messages: list[Message], ids: list[int]) -> dict:  # a chat request for token log-probs
+        return chat_request(
+            self.model, messages, temperature=0.0, max_tokens=1, logprobs=True, logprob_token_ids=ids,
+            **self._template(),
+        )  # fmt: skip
 
-    def _answer_payload(self, messages: list[Message], max_new_tokens: int) -> dict:  # POST /v1/chat/completions
-        payload = {"model": self.model, "messages": messages, "temperature": 0.0, "max_tokens": max_new_tokens}
-        if self.chat_template_kwargs:
-            payload["chat_template_kwargs"] = self.chat_template_kwargs
-        return payload
+    def _answer_payload(self, messages: list[Message], max_new_tokens: int) -> dict:  # a greedy chat request
+        return chat_request(self.model, messages, temperature=0.0, max_tokens=max_new_tokens, **self._template())
 
     def _failed(self, e: Exception) -> None:
         """Count a prompt answered with None and remember why, in one short line."""
@@ -338,7 +330,7 @@ class OpenAIResponder:
     async def _option_logprobs(self, messages: list[Message], continuations: list[str], ids: list[int]):
         """Single-token candidates (option letters): one chat request asking for exactly their log-probs."""
         payload = self._option_payload(messages, ids)
-        values = await self._checked("/v1/chat/completions", payload, lambda b: _parse_token_logprobs(b, continuations))
+        values = await self._checked(CHAT_COMPLETIONS, payload, lambda b: _parse_token_logprobs(b, continuations))
         return [ContinuationLogprob(v, 1) for v in values]
 
     async def _logprobs_for(self, messages: list[Message], continuations: list[str]):
@@ -354,9 +346,7 @@ class OpenAIResponder:
 
     async def _answer_for(self, messages: list[Message], max_new_tokens: int) -> str | None:
         try:
-            return await self._checked(
-                "/v1/chat/completions", self._answer_payload(messages, max_new_tokens), _parse_chat
-            )
+            return (await achat(self._http, self._answer_payload(messages, max_new_tokens))).text
         except _FAILED as e:
             self._failed(e)
             return None
@@ -409,13 +399,6 @@ def _nonempty_tokens(body: dict) -> list[int]:
     if not tokens:
         raise ValueError("no tokens")
     return tokens
-
-
-def _parse_chat(body: dict) -> str:
-    content = body["choices"][0]["message"]["content"]
-    if not isinstance(content, str):
-        raise ValueError(f"'content' is {type(content).__name__}")
-    return content
 
 
 def _parse_token_logprobs(body: dict, tokens: list[str]) -> list[float]:

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 from memstate.errors import ConfigError, InputNotFound
 
 if TYPE_CHECKING:
-    from memstate.responder_protocol import Responder
+    from memstate.responders.protocol import Responder
 
 SCORE_MODES = ("likelihood", "exact")
 DTYPES = ("float32", "bfloat16", "float16")  # of an in-process model
@@ -98,7 +98,7 @@ def make_responder(
     if not config.responder_model:
         raise ConfigError("no responder: give --responder_model (a model path/id, or the served name with a URL)")
     if config.responder_url:
-        from memstate.http_responder import OpenAIResponder
+        from memstate.responders.remote import OpenAIResponder
 
         responder = OpenAIResponder(
             config.responder_url,
@@ -116,7 +116,7 @@ def make_responder(
             responder.close()
             raise
         return responder
-    from memstate.responder import TransformersResponder
+    from memstate.responders.local import TransformersResponder
 
     try:
         return TransformersResponder(

@@ -1,8 +1,8 @@
-"""The frozen responder: the in-process ``transformers`` backend (the ``Responder`` protocol and
-``ContinuationLogprob`` live in the torch-free ``memstate.responder_protocol`` and are re-exported here).
+"""The frozen responder in process: the Hugging Face ``transformers`` backend of the ``Responder`` protocol
+(``memstate.responders.protocol``).
 
 The reward needs two things from a responder: greedy answers (exact mode) and the log-probability of
-given answer continuations (likelihood mode). ``memstate.http_responder.OpenAIResponder`` implements the same
+given answer continuations (likelihood mode). ``memstate.responders.remote.OpenAIResponder`` implements the same
 protocol for a ``vllm serve`` of the responder.
 """
 
@@ -19,10 +19,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 from transformers.utils import cached_file
 
 from memstate.prompts import Message
-
-# Re-exported (the redundant aliases mark them so): the protocol lives in the torch-free module.
-from memstate.responder_protocol import ContinuationLogprob as ContinuationLogprob
-from memstate.responder_protocol import Responder as Responder
+from memstate.responders.protocol import ContinuationLogprob
 
 
 @contextmanager
