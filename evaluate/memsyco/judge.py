@@ -17,7 +17,7 @@ from memstate.evaluate.memsyco.prompts import (
     VALID_MEMORY_JUDGE_PROMPT,
 )
 
-from memstate.chat import CHAT_COMPLETIONS, chat, chat_request
+from memstate.chat import chat, chat_request
 from memstate.errors import ServerUnavailable
 from memstate.http import HTTPClient, HTTPRejected, HTTPSettings, HTTPUnavailable
 from memstate.prompts import Message
@@ -337,9 +337,6 @@ class JudgeConfig:
     extra_body: dict[str, Any] = field(
         default_factory=dict, metadata={"help": "Extra request fields, e.g. chat_template_kwargs for vLLM."}
     )
-
-    def endpoint(self) -> str:
-        return self.root() + CHAT_COMPLETIONS
 
     def root(self) -> str:
         """The server root: ``url`` without a trailing ``/v1``."""
