@@ -22,7 +22,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from memstate.data_build.build import DataConfig, FeverConfig, build_data
+from memstate.data_build.build import DataConfig, build_data
+from memstate.data_build.fever import FeverConfig
 from memstate.data_build.personamem import read_personamem
 from results_io import report
 
@@ -126,7 +127,8 @@ def main() -> None:
         scan_s = time.perf_counter() - start
 
         config = DataConfig(
-            fever=FeverConfig(dir=str(src), claim_files=["train.jsonl"], max_claims=args.max_claims), progress=False
+            sources={"fever": FeverConfig(dir=str(src), claim_files=["train.jsonl"], max_claims=args.max_claims)},
+            progress=False,
         )
         start = time.perf_counter()
         manifest = build_data(config, Path(tmp) / "out")

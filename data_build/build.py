@@ -15,11 +15,13 @@ import shutil
 from collections import Counter, defaultdict
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
+from typing import Any
 
 from datasets import Dataset, DatasetDict, Features, List, Value, disable_progress_bars
 from memstate.data_build.conflict import CONFLICT_PERSPECTIVES, ClaimPool, InstanceOptions, claim_instances
 from memstate.data_build.probe import check_probes, run_probes
 from memstate.data_build.records import EvidenceClaim, SourceRead
+from memstate.data_build.registry import get_source, source_names
 from memstate.data_build.splits import DEFAULT_RATIOS, assign_splits, check_ratios
 
 from memstate.data import SPLITS
@@ -29,50 +31,21 @@ from memstate.schema import Instance, stable_id
 from memstate.sources.skips import DataError, SkipLog
 
 logger = logging.getLogger("memstate.data_build")
-PROJECT_ROOT = Path(__file__).resolve().parents[1]
-
-
-@dataclass
-class FeverConfig:
-    dir: str = field(metadata={"help": "Directory holding the FEVER claim files and wiki-pages/."})
-    claim_files: list[str] = field(default_factory=lambda: ["train.jsonl"], metadata={"help": "Claim files."})
-    max_claims: int | None = field(default=None, metadata={"help": "Stop reading after N usable claims."})
-
-
-@dataclass
-class SciFactConfig:
-    dir: str = field(metadata={"help": "Directory holding claims_*.jsonl and corpus.jsonl."})
-    claim_files: list[str] = field(
-        default_factory=lambda: ["claims_train.jsonl", "claims_dev.jsonl"], metadata={"help": "Claim files."}
-    )
-    corpus_file: str = field(default="corpus.jsonl", metadata={"help": "The abstracts corpus."})
-    max_claims: int | None = field(default=None, metadata={"help": "Stop reading after N usable claims."})
-
-
-@dataclass
-class PersonaMemConfig:
-    dir: str = field(metadata={"help": "Directory holding questions_*.csv and shared_contexts_*.jsonl."})
-    questions_file: str = field(default="questions_32k.csv", metadata={"help": "Questions CSV."})
-    contexts_file: str = field(default="shared_contexts_32k.jsonl", metadata={"help": "Shared contexts JSONL."})
-    max_questions: int | None = field(default=None, metadata={"help": "Stop reading after N usable questions."})
-    max_facts: int = field(default=12, metadata={"help": "Most relevant user turns kept as facts."})
-    latest_mentions: int = field(default=2, metadata={"help": "Most recent user turns always kept."})
-
-
-@dataclass
-class SyntheticConfig:
-    users: int = field(default=600, metadata={"help": "Invented users, six instances each (data_build.synthetic)."})
 
 
 @dataclass
 class DataConfig:
-    """What to build; read from YAML by ``load_data_config``. A source whose section is absent is not built."""
+    """What to build; read from YAML by ``load_data_config``. A source whose section is absent is not built.
 
-    fever: FeverConfig | None = field(default=None, metadata={"help": "FEVER 1.0 inputs."})
-    scifact: SciFactConfig | None = field(default=None, metadata={"help": "SciFact inputs."})
-    personamem: PersonaMemConfig | None = field(default=None, metadata={"help": "PersonaMem inputs."})
-    synthetic: SyntheticConfig | None = field(
-        default=None, metadata={"help": "Generated world of the sycophancy experiment (no input files)."}
+    The sources are those registered in ``memstate.data_build.registry`` (fever, scifact, personamem, synthetic, and
+    any other registered before the config is made); ``sources`` maps each one built to its section."""
+
+    sources: dict[str, Any] = field(
+        default_factory=dict,
+        metadata={
+            "help": "Source name → its section, an instance of the source's section dataclass (data_build/registry.py)."
+            " In YAML each section is a top-level key named after its source (fever:, scifact:, …)."
+        },
     )
     perspectives: list[str] = field(
         default_factory=lambda: list(CONFLICT_PERSPECTIVES),
@@ -118,8 +91,17 @@ class DataConfig:
     progress: bool = field(default=True, metadata={"help": "Show progress bars."})
 
     def __post_init__(self) -> None:
-        if not (self.fever or self.scifact or self.personamem or self.synthetic):
-            raise ValueError("DataConfig names no source: give at least one of fever, scifact, personamem, synthetic")
+        names = source_names()
+        unknown = sorted(set(self.sources) - set(names))
+        if unknown:
+            raise ValueError(f"DataConfig names unknown source(s) {unknown}; registered: {', '.join(names)}")
+        self.sources = {name: section for name, section in self.sources.items() if section is not None}
+        if not self.sources:
+            raise ValueError(f"DataConfig names no source: give at least one of {', '.join(names)}")
+        for name, section in self.sources.items():
+            if not isinstance(section, get_source(name).section):
+                cls = get_source(name).section.__name__
+                raise ValueError(f"sources[{name!r}] must be a {cls}, got {type(section).__name__}")
         bad = [p for p in self.perspectives if p not in CONFLICT_PERSPECTIVES]
         if bad or not self.perspectives or len(set(self.perspectives)) != len(self.perspectives):
             raise ValueError(f"perspectives must be distinct values from {list(CONFLICT_PERSPECTIVES)}")
@@ -137,14 +119,6 @@ class DataConfig:
         for key, cap in self.caps.items():
             if len(key.split("/")) > 3 or not isinstance(cap, int) or cap < 0:
                 raise ValueError(f"caps[{key!r}] must be a 'source[/task[/perspective]]' key with a count ≥ 0")
-
-
-SECTIONS = {
-    "fever": FeverConfig,
-    "scifact": SciFactConfig,
-    "personamem": PersonaMemConfig,
-    "synthetic": SyntheticConfig,
-}
 
 
 def _dataclass_from(cls: type, data: object, where: str):
@@ -170,79 +144,33 @@ def load_data_config(path: str | Path, **overrides) -> DataConfig:
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: expected a mapping of DataConfig fields, got {type(data).__name__}")
     data = {**data, **overrides}
-    for name, cls in SECTIONS.items():
-        if data.get(name) is not None:
-            data[name] = _dataclass_from(cls, data[name], f"{path}: {name}")
-    return _dataclass_from(DataConfig, data, str(path))
-
-
-def resolve_path(path: str | Path) -> Path:
-    """An input dir: absolute as is; relative from the working directory if it exists there, else the project."""
-    p = Path(path)
-    if p.is_absolute() or p.exists():
-        return p
-    return PROJECT_ROOT / p
-
-
-def _input_dir(path: str, name: str) -> Path:
-    resolved = resolve_path(path)
-    if not resolved.is_dir():
-        raise InputNotFound(f"{name.lower()}.dir: {name} directory not found: {path} (looked at {resolved})")
-    return resolved
+    # Each registered source is a top-level key of its own; DataConfig gathers them in ``sources``.
+    names = source_names()
+    sources = {}
+    for name in names:
+        section = data.pop(name, None)
+        if section is not None:
+            sources[name] = _dataclass_from(get_source(name).section, section, f"{path}: {name}")
+    known = sorted({f.name for f in fields(DataConfig)} - {"sources"} | set(names))
+    unknown = sorted(set(data) - set(known))
+    if unknown:
+        raise ConfigError(f"{path}: unknown key(s) {unknown}; known keys are {known}")
+    return _dataclass_from(DataConfig, data | {"sources": sources}, str(path))
 
 
 def read_sources(config: DataConfig, log: SkipLog) -> list[SourceRead]:
-    reads = []
-    if config.fever:
-        from memstate.data_build.fever import read_fever
+    """Each source with a section, in the registry's build order."""
+    return [
+        get_source(name).read(config.sources[name], config, log) for name in source_names() if name in config.sources
+    ]
 
-        c = config.fever
-        reads.append(
-            read_fever(
-                _input_dir(c.dir, "FEVER"), c.claim_files, log, max_claims=c.max_claims, progress=config.progress
-            )
-        )
-    if config.scifact:
-        from memstate.data_build.scifact import read_scifact
 
-        c = config.scifact
-        reads.append(
-            read_scifact(
-                _input_dir(c.dir, "SciFact"), c.claim_files, log, corpus_file=c.corpus_file, max_claims=c.max_claims
-            )
-        )
-    if config.personamem:
-        from memstate.data_build.personamem import read_personamem
-
-        c = config.personamem
-        try:
-            pm_read = read_personamem(
-                _input_dir(c.dir, "PersonaMem"),
-                c.questions_file,
-                c.contexts_file,
-                log,
-                max_questions=c.max_questions,
-                max_facts=c.max_facts,
-                latest_mentions=c.latest_mentions,
-                distractors=tuple(config.distractors),
-                seed=config.seed,
-            )
-        except FileNotFoundError as e:  # a questions/contexts file named in the config that is not there
-            if isinstance(e, InputNotFound):
-                raise
-            raise InputNotFound(f"{e} (personamem.questions_file / contexts_file)") from None
-        reads.append(pm_read)
-    if config.synthetic:
-        from memstate.data_build.synthetic import SyntheticOptions, read_synthetic
-
-        options = SyntheticOptions(
-            users=config.synthetic.users,
-            seed=config.seed,
-            perspectives=tuple(config.perspectives),
-            consistent_share=config.consistent_share,
-        )
-        reads.append(read_synthetic(options))
-    return reads
+def config_record(config: DataConfig) -> dict:
+    """The config as the manifest records it: each registered source's section under its own name (None when it is
+    not built), as the data YAML writes it, then the other fields."""
+    record = asdict(config)
+    sections = record.pop("sources")
+    return {name: sections.get(name) for name in source_names()} | record
 
 
 def make_instances(reads: list[SourceRead], config: DataConfig) -> tuple[list[Instance], dict[str, str]]:
@@ -422,7 +350,7 @@ def _write(out_dir, config, reads, log, balance, instances, split_of, capped, pr
         # The rule that drew the relations the policy learns from (memory.relation_rule), so a serving store
         # (meta relation_rule) can be checked against it.
         "relation_rule": RELATION_RULE_VERSION,
-        "config": asdict(config),
+        "config": config_record(config),
         "inputs": [inp for r in reads for inp in r.inputs],
         "records": {
             "read": sum(b["read"] for b in balance.values()),

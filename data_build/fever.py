@@ -9,14 +9,22 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from memstate.data_build.records import EvidenceClaim, SourceRead
+from memstate.data_build.registry import DataSource, input_dir, register
 
 from memstate.sources.fever import ClaimRecord, EvidenceRef, decode_sentence, decode_title, read_claims, scan_wiki
 from memstate.sources.labels import normalize_label
 from memstate.sources.skips import SKIP_UNRESOLVED, SkipLog, input_record
+
+
+@dataclass
+class FeverConfig:
+    dir: str = field(metadata={"help": "Directory holding the FEVER claim files and wiki-pages/."})
+    claim_files: list[str] = field(default_factory=lambda: ["train.jsonl"], metadata={"help": "Claim files."})
+    max_claims: int | None = field(default=None, metadata={"help": "Stop reading after N usable claims."})
 
 
 @dataclass(frozen=True)
@@ -123,3 +131,10 @@ def read_fever(
         },
         stopped_at=claims.stopped_at,
     )
+
+
+def _read(c: FeverConfig, config, log: SkipLog) -> SourceRead:
+    return read_fever(input_dir(c.dir, "FEVER"), c.claim_files, log, max_claims=c.max_claims, progress=config.progress)
+
+
+register(DataSource("fever", "FEVER 1.0 inputs.", FeverConfig, _read, order=10))

@@ -72,9 +72,11 @@ from typing import Any
 
 import numpy as np
 from memstate.data_build.records import SourceRead
+from memstate.data_build.registry import DataSource, input_dir, register
 from memstate.memory.relation_rule import RELATION_RULE_VERSION, Said, relate, stance_kinds
 
 from memstate.embedding import Embedder, SharedSentenceEmbedder
+from memstate.errors import InputNotFound
 from memstate.schema import Fact, Instance, Relation, option_letters, stable_id
 from memstate.sources.personamem import ContextError, QuestionRow, SharedContext, SharedContextFile, read_questions
 from memstate.sources.skips import SKIP_DUPLICATE, SKIP_INVALID, SKIP_NO_HISTORY, SKIP_UNRESOLVED, SkipLog
@@ -113,6 +115,17 @@ SUPERSEDED_OPTION_FLOOR = 0.3
 # Well-formed but unusable: the history before end_index holds no user turn, so there is nothing to remember.
 # Not structural, so it never stops a strict build. (A candidate for memstate.data_build.records.)
 EMBED_BATCH = 128
+
+
+@dataclass
+class PersonaMemConfig:
+    dir: str = field(metadata={"help": "Directory holding questions_*.csv and shared_contexts_*.jsonl."})
+    questions_file: str = field(default="questions_32k.csv", metadata={"help": "Questions CSV."})
+    contexts_file: str = field(default="shared_contexts_32k.jsonl", metadata={"help": "Shared contexts JSONL."})
+    max_questions: int | None = field(default=None, metadata={"help": "Stop reading after N usable questions."})
+    max_facts: int = field(default=12, metadata={"help": "Most relevant user turns kept as facts."})
+    latest_mentions: int = field(default=2, metadata={"help": "Most recent user turns always kept."})
+
 
 _FIRST_PERSON = r"\b(?:i|i'm|i've|we|we're|we've)\s+"
 _LIKING_VERB = (
@@ -530,3 +543,25 @@ def _stats(counts: Counter, contexts: dict[str, Context], parsed: int) -> dict:
     out.setdefault("superseded_options", 0)
     out.setdefault("instances_with_superseded_options", 0)
     return out | tables
+
+
+def _read(c: PersonaMemConfig, config, log: SkipLog) -> SourceRead:
+    try:
+        return read_personamem(
+            input_dir(c.dir, "PersonaMem"),
+            c.questions_file,
+            c.contexts_file,
+            log,
+            max_questions=c.max_questions,
+            max_facts=c.max_facts,
+            latest_mentions=c.latest_mentions,
+            distractors=tuple(config.distractors),
+            seed=config.seed,
+        )
+    except FileNotFoundError as e:  # a questions/contexts file named in the config that is not there
+        if isinstance(e, InputNotFound):
+            raise
+        raise InputNotFound(f"{e} (personamem.questions_file / contexts_file)") from None
+
+
+register(DataSource(SOURCE, "PersonaMem inputs.", PersonaMemConfig, _read, order=30))

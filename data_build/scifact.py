@@ -9,9 +9,11 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from memstate.data_build.records import EvidenceClaim, SourceRead
+from memstate.data_build.registry import DataSource, input_dir, register
 
 from memstate.errors import InputNotFound
 from memstate.sources.scifact import ClaimRecord, Doc, Rationale, Skip, decode_line, parse_claim, read_corpus, record_id
@@ -38,6 +40,16 @@ MAX_EVIDENCE_SENTENCES = 6
 # A NOT ENOUGH INFO claim shows the opening of the abstracts it cited: retrieved, on topic, but not deciding it.
 NEI_CONTEXT_DOCS = 3
 NEI_CONTEXT_SENTENCES = 2
+
+
+@dataclass
+class SciFactConfig:
+    dir: str = field(metadata={"help": "Directory holding claims_*.jsonl and corpus.jsonl."})
+    claim_files: list[str] = field(
+        default_factory=lambda: ["claims_train.jsonl", "claims_dev.jsonl"], metadata={"help": "Claim files."}
+    )
+    corpus_file: str = field(default="corpus.jsonl", metadata={"help": "The abstracts corpus."})
+    max_claims: int | None = field(default=None, metadata={"help": "Stop reading after N usable claims."})
 
 
 def select_rationales(rationales: Sequence[Rationale], cap: int = MAX_EVIDENCE_SENTENCES) -> tuple[dict, bool]:
@@ -237,3 +249,11 @@ def read_scifact(
             break
     read.stats = _stats(read.items, corpus)
     return read
+
+
+def _read(c: SciFactConfig, config, log: SkipLog) -> SourceRead:
+    scifact_dir = input_dir(c.dir, "SciFact")
+    return read_scifact(scifact_dir, c.claim_files, log, corpus_file=c.corpus_file, max_claims=c.max_claims)
+
+
+register(DataSource(SOURCE, "SciFact inputs.", SciFactConfig, _read, order=20))

@@ -25,12 +25,13 @@ responder world of ``memstate experiment sycophancy``; no model is shown ``meta`
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from memstate.data_build.conflict import CONFLICT_PERSPECTIVES, PERSPECTIVE_KINDS, TEMPLATES, template_index
 from memstate.data_build.conflict import user_memory_text as claim_memory_text
 from memstate.data_build.labels import LABELS, claim_question
 from memstate.data_build.records import SourceRead
+from memstate.data_build.registry import DataSource, register
 
 from memstate.schema import Fact, Instance, Relation, option_letters, stable_id
 
@@ -104,6 +105,11 @@ DISTRACTORS = (
 )
 CURRENT_QUESTION = "What kind of {noun} should I pick {when} now?"
 HISTORY_QUESTION = "What kind of {noun} did I pick {when} before my latest change?"
+
+
+@dataclass
+class SyntheticConfig:
+    users: int = field(default=600, metadata={"help": "Invented users, six instances each (data_build.synthetic)."})
 
 
 @dataclass(frozen=True)
@@ -265,4 +271,28 @@ def read_synthetic(options: SyntheticOptions) -> SourceRead:
     return SourceRead(source=SOURCE, items=instances, stats=stats)
 
 
-__all__ = ["PERSUASIVE_SHARE", "SOURCE", "SyntheticOptions", "TEMPLATES", "generate", "read_synthetic"]
+def _read(c: SyntheticConfig, config, log) -> SourceRead:
+    options = SyntheticOptions(
+        users=c.users,
+        seed=config.seed,
+        perspectives=tuple(config.perspectives),
+        consistent_share=config.consistent_share,
+    )
+    return read_synthetic(options)
+
+
+register(
+    DataSource(
+        SOURCE, "Generated world of the sycophancy experiment (no input files).", SyntheticConfig, _read, order=40
+    )
+)
+
+__all__ = [
+    "PERSUASIVE_SHARE",
+    "SOURCE",
+    "SyntheticConfig",
+    "SyntheticOptions",
+    "TEMPLATES",
+    "generate",
+    "read_synthetic",
+]

@@ -30,7 +30,8 @@ from pathlib import Path
 
 import torch
 from datasets import Dataset
-from memstate.data_build.build import DataConfig, SyntheticConfig, build_data
+from memstate.data_build.build import DataConfig, build_data
+from memstate.data_build.synthetic import SyntheticConfig
 from memstate.evaluate.report import render_markdown, render_png, summarize
 from memstate.evaluate.run import EvalConfig, condition_records, generate_states, state_record
 from memstate.experiment.world import (
@@ -332,7 +333,7 @@ def run_experiment(cfg: SycophancyConfig) -> dict:
         if not (data_dir / "manifest.json").is_file():
             build_data(
                 DataConfig(
-                    synthetic=SyntheticConfig(users=cfg.users),
+                    sources={"synthetic": SyntheticConfig(users=cfg.users)},
                     split_ratios={"train": 0.7, "validation": 0.1, "test": 0.2},
                     seed=cfg.seed,
                     progress=False,

@@ -9,6 +9,7 @@ annotations to validate requests and to write the OpenAPI document.
 from __future__ import annotations
 
 import hashlib
+import re
 from dataclasses import MISSING, asdict, dataclass, field, fields
 from typing import Annotated, Any, Literal
 
@@ -16,7 +17,9 @@ from pydantic import StrictInt, StringConstraints, with_config
 
 from memstate.errors import MemstateError
 
-SOURCES = ("fever", "scifact", "personamem", "memsyco", "synthetic")
+# A source is any name a data-build source registers (memstate.data_build.registry; today fever, scifact, personamem,
+# synthetic) or an external benchmark reader uses (memsyco): not a closed list, so a new source edits no schema.
+SOURCE_NAME = re.compile(r"[a-z][a-z0-9_]*")
 TASKS = (
     "evidence_conflict",
     "evidence_consistent",
@@ -167,7 +170,9 @@ class Instance:
     def validate(self) -> None:
         where = f"instance {self.id!r}"
         _check_str(where, "id", self.id)
-        _check_choice(where, "source", self.source, SOURCES)
+        if not isinstance(self.source, str) or not SOURCE_NAME.fullmatch(self.source):
+            expected = f"expected a source name ({SOURCE_NAME.pattern})"
+            raise SchemaError(f"{where}: field 'source' is {self.source!r}, {expected}")
         _check_choice(where, "task", self.task, TASKS)
         _check_choice(where, "perspective", self.perspective, PERSPECTIVES)
         _check_str(where, "question", self.question)

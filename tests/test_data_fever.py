@@ -10,9 +10,10 @@ from pathlib import Path
 
 import pytest
 from datasets import load_from_disk
-from memstate.data_build.build import DataConfig, build_data, load_data_config, resolve_path
+from memstate.data_build.build import DataConfig, build_data, load_data_config
 from memstate.data_build.conflict import PERSPECTIVE_KINDS, TEMPLATES, user_memory_text
 from memstate.data_build.labels import LABELS, claim_question
+from memstate.data_build.registry import resolve_path
 from memstate.data_build.splits import assign_splits, split_sizes
 
 from memstate.data import SPLITS, load_split
@@ -43,7 +44,7 @@ ESCAPES = ("-LRB-", "-RRB-", "-LSB-", "-RSB-", "-LCB-", "-RCB-", "-COLON-", "``"
 def fixture_config(**changes) -> DataConfig:
     fever_changes = {k: changes.pop(k) for k in ("dir", "claim_files", "max_claims") if k in changes}
     config = load_data_config(CONFIG, progress=False)
-    config.fever = replace(config.fever, **({"dir": str(FIXTURE)} | fever_changes))
+    config.sources["fever"] = replace(config.sources["fever"], **({"dir": str(FIXTURE)} | fever_changes))
     return replace(config, **changes)
 
 
@@ -301,8 +302,9 @@ def test_load_split_names_missing_file(tmp_path):
 
 def test_config_yaml(tmp_path):
     cfg = load_data_config(CONFIG)
-    assert cfg.fever.dir == "tests/fixtures/fever" and cfg.fever.claim_files == ["train.jsonl", "shared_task_dev.jsonl"]
-    assert cfg.skip_invalid and cfg.scifact is None
+    fever = cfg.sources["fever"]
+    assert fever.dir == "tests/fixtures/fever" and fever.claim_files == ["train.jsonl", "shared_task_dev.jsonl"]
+    assert cfg.skip_invalid and list(cfg.sources) == ["fever"]
     bad = tmp_path / "bad.yaml"
     bad.write_text("fever: {dir: x, claim_file: [a]}\n")
     with pytest.raises(ValueError, match=r"fever: unknown key\(s\) \['claim_file'\]"):
@@ -320,7 +322,7 @@ def test_config_yaml(tmp_path):
 
 def test_relative_dir_resolves_from_the_project_root(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)  # the config's relative path is not under the working directory here
-    assert resolve_path(load_data_config(CONFIG).fever.dir).resolve() == FIXTURE
+    assert resolve_path(load_data_config(CONFIG).sources["fever"].dir).resolve() == FIXTURE
 
 
 def test_assign_splits_by_group():

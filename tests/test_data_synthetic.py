@@ -6,10 +6,10 @@ import re
 from collections import Counter
 
 import pytest
-from memstate.data_build.build import DataConfig, SyntheticConfig, build_data
+from memstate.data_build.build import DataConfig, build_data
 from memstate.data_build.probe import run_probes
 from memstate.data_build.synthetic import _SYLLABLES as SYLLABLES
-from memstate.data_build.synthetic import EMPHATIC, MILD, SyntheticOptions, generate
+from memstate.data_build.synthetic import EMPHATIC, MILD, SyntheticConfig, SyntheticOptions, generate
 from memstate.experiment.sycophancy import shuffled_reference
 from memstate.experiment.world import (
     FOLLOW_USER,
@@ -31,8 +31,8 @@ from memstate.rules import parse_state
 @pytest.fixture(scope="module")
 def built(tmp_path_factory):
     out = tmp_path_factory.mktemp("synthetic")
-    config = DataConfig(synthetic=SyntheticConfig(users=120), split_ratios={"train": 0.7, "validation": 0.1,
-                        "test": 0.2}, progress=False)  # fmt: skip
+    config = DataConfig(sources={"synthetic": SyntheticConfig(users=120)},
+                        split_ratios={"train": 0.7, "validation": 0.1, "test": 0.2}, progress=False)  # fmt: skip
     manifest = build_data(config, out)
     return out, manifest, {s: load_split(out, s) for s in SPLITS}
 

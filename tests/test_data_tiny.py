@@ -114,10 +114,10 @@ def test_strict_build_stops_at_first_structural_error(tmp_path):
     config = load_data_config(TINY, skip_invalid=False, progress=False)
     with pytest.raises(DataError, match=r"tests/fixtures/fever/train.jsonl:13: invalid JSON"):
         build_data(config, tmp_path)
-    config.fever = None  # SciFact is read next: its first structural error is claims_train.jsonl line 4
+    del config.sources["fever"]  # SciFact is read next: its first structural error is claims_train.jsonl line 4
     with pytest.raises(DataError, match=r"claims_train.jsonl:4: .*'claim'"):
         build_data(config, tmp_path)
-    config.scifact = None
+    del config.sources["scifact"]
     with pytest.raises(DataError, match=r"questions_32k.csv:7: .*correct_answer"):
         build_data(config, tmp_path)
 
@@ -125,7 +125,7 @@ def test_strict_build_stops_at_first_structural_error(tmp_path):
 def test_caps_limit_source_task_and_perspective(tmp_path):
     caps = {"fever": 60, "fever/evidence_conflict/belief": 5, "scifact/evidence_consistent": 2}
     config = load_data_config(TINY, caps=caps, progress=False, shortcut_probe="warn")
-    config.personamem = None
+    del config.sources["personamem"]
     m = build_data(config, tmp_path)
     # Capping SciFact's consistent controls leaves mostly conflicts: "contradict the user" becomes a shortcut again,
     # and the probe on the user memory's words says so.

@@ -6,7 +6,8 @@ from types import SimpleNamespace
 
 import pytest
 import torch
-from memstate.data_build.build import DataConfig, SyntheticConfig, build_data
+from memstate.data_build.build import DataConfig, build_data
+from memstate.data_build.synthetic import SyntheticConfig
 from memstate.experiment.sycophancy import RememberingResponder, late_training_gain
 from memstate.experiment.world import (
     FOLLOW_USER,
@@ -63,8 +64,8 @@ def test_late_training_gain_averages_the_logged_gain_over_the_second_half(tmp_pa
 @pytest.fixture(scope="module")
 def world(tmp_path_factory):
     out = tmp_path_factory.mktemp("world")
-    config = DataConfig(synthetic=SyntheticConfig(users=120), split_ratios={"train": 0.7, "validation": 0.1,
-                        "test": 0.2}, progress=False)  # fmt: skip
+    config = DataConfig(sources={"synthetic": SyntheticConfig(users=120)},
+                        split_ratios={"train": 0.7, "validation": 0.1, "test": 0.2}, progress=False)  # fmt: skip
     build_data(config, out / "data")
     train, validation = load_split(out / "data", "train"), load_split(out / "data", "validation")
     return out, train, validation, build_world_models(train, out / "models")

@@ -52,7 +52,7 @@ def test_answer_letter():
 @pytest.mark.parametrize(
     ("overrides", "message"),
     [
-        ({"source": "wikipedia"}, "field 'source' is 'wikipedia'"),
+        ({"source": "Wiki pedia"}, "field 'source' is 'Wiki pedia', expected a source name"),
         ({"task": "qa"}, "field 'task' is 'qa'"),
         ({"answer": "true"}, "field 'answer' 'true' is not in labels"),
         ({"answer_kind": "choice", "options": ("a",), "answer": "A"}, "field 'options' needs at least 2"),
