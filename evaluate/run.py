@@ -329,14 +329,18 @@ def evaluate_checkpoint(config: EvalConfig) -> Path:
             f"{checkpoint}: no memstate.json naming data and responder; pass --data_dir and --responder_model"
         )
     # Unless told otherwise, evaluate as the checkpoint was trained: its score mode, its prompt and state budgets.
+    mode = config.score_mode or (trained.score_mode if trained else "likelihood")
+    try:
+        scoring = score_mode(mode)  # eval's own was checked with its config; the checkpoint's may not be registered
+    except ConfigError as e:
+        raise ConfigError(f"{checkpoint}: memstate.json: {e}; pass --score_mode to evaluate in another") from None
     config = replace(
         config,
-        score_mode=config.score_mode or (trained.score_mode if trained else "likelihood"),
+        score_mode=mode,
         max_prompt_tokens=config.max_prompt_tokens
         or (trained.max_prompt_tokens if trained else DEFAULT_MAX_PROMPT_TOKENS),
         max_new_tokens=config.max_new_tokens or (trained.max_completion_length if trained else 128),
     )
-    scoring = score_mode(config.score_mode)  # the checkpoint's mode may be one this install does not register
     base_policy = config.base_policy or (trained and trained.policy_model)
     if config.self_guide and not base_policy:
         raise ConfigError(
