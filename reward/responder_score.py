@@ -19,10 +19,11 @@ A score mode is a ``ScoreMode``: its ``request`` describes the call for (instanc
 existing calls (``answer_logprob``, ``answer``; ``greedy_answers`` and ``continuation_logprobs`` send them as the
 requests say) and scores the replies; ``likelihood`` says its requests ask for log-probs, so a server must serve
 them (``make_responder``'s start-up check sends those then). A mode registers itself with
-``register_score_mode(ScoreMode(...))`` in its module: this one, or one listed in ``SCORE_MODE_MODULES`` (imported on
-the first lookup), or any module imported before the mode is used (a plugin, a test). ``score_mode(name)`` looks one
-up (``ConfigError`` naming the registered ones otherwise): the stages that score call it where they read their config,
-so an unknown mode is refused before any model loads.
+``register_score_mode(ScoreMode(...))`` in its module: this one, or its own ``memstate.reward.score_mode_<name>``
+(every module of the package named so is imported on the first lookup; no list names them), or any module imported
+before the mode is used (a plugin, a test). ``score_mode(name)`` looks one up (``ConfigError`` naming the registered
+ones otherwise): the stages that score call it where they read their config, so an unknown mode is refused before any
+model loads.
 
 ``responder_request`` is the one description of a call: the judgements send it, and the baseline cache
 (``reward/cache.py``) hashes its ``key()``, so a change to the prompt, the scored continuations or the decoding changes
@@ -32,6 +33,7 @@ the key with it.
 from __future__ import annotations
 
 import importlib
+import pkgutil
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -43,7 +45,7 @@ from memstate.responders import ContinuationLogprob, Responder
 from memstate.schema import Instance, option_letters
 
 EXACT_MAX_NEW_TOKENS = 16  # a letter, or a short free answer
-SCORE_MODE_MODULES: tuple[str, ...] = ()  # modules that register a score mode, imported on the first lookup
+MODULE_PREFIX = "score_mode_"  # memstate.reward.score_mode_<name>: a module that registers a mode (first lookup)
 
 Rules = tuple[str, ...] | None
 
@@ -128,10 +130,13 @@ def unregister_score_mode(name: str) -> None:
 
 
 def _load_modules() -> None:
+    """Import the package's ``score_mode_*`` modules once (not the whole package: its other modules are heavy)."""
     global _loaded
     if not _loaded:
-        for module in SCORE_MODE_MODULES:
-            importlib.import_module(module)
+        package = importlib.import_module("memstate.reward")
+        names = sorted(m.name for m in pkgutil.iter_modules(package.__path__) if m.name.startswith(MODULE_PREFIX))
+        for module in names:
+            importlib.import_module(f"memstate.reward.{module}")
         _loaded = True
 
 

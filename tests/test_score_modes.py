@@ -131,6 +131,27 @@ def test_registry_lookup_and_unknown_modes(top1):
         register_score_mode(ScoreMode("exact", "another", top1_request, top1_judgements, likelihood=True))
 
 
+def test_a_mode_in_its_own_module_is_found_by_its_name(tmp_path, monkeypatch):
+    """``memstate.reward.score_mode_<name>`` registers itself when the first lookup imports it; no list names it."""
+    import sys
+
+    import memstate.reward
+    from memstate.reward import responder_score
+
+    (tmp_path / "score_mode_toy.py").write_text(
+        "from memstate.reward.responder_score import ScoreMode, exact_judgements, exact_request, register_score_mode\n"
+        "register_score_mode(ScoreMode('toy', 'exact, renamed', exact_request, exact_judgements, likelihood=False))\n"
+    )
+    monkeypatch.setattr(memstate.reward, "__path__", [*memstate.reward.__path__, str(tmp_path)])
+    monkeypatch.setattr(responder_score, "_loaded", False)
+    monkeypatch.delitem(sys.modules, "memstate.reward.score_mode_toy", raising=False)
+    try:
+        assert score_mode("toy").summary == "exact, renamed" and "toy" in score_mode_names()
+    finally:
+        unregister_score_mode("toy")
+        sys.modules.pop("memstate.reward.score_mode_toy", None)
+
+
 # ---- the built-ins' cache keys, as they were before the registry --------------------------------------------------
 
 FACTS = (Fact(id="u1", text="The user says the bridge opened in 1990.", kind="belief"),
