@@ -50,7 +50,7 @@ def main() -> None:
     args = parser.parse_args()
 
     config = replace(ResponderConfig(), responder_model=args.responder_model, responder_url=args.responder_url)
-    check = AnswerFlowCheck(make_responder(config, args.device, args.dtype))
+    check = AnswerFlowCheck(make_responder(config, args.device, args.dtype, likelihood=True))  # log-probs only
     cases = load_redteam(args.redteam)
     scored = shifts_of(check, cases)
     legit = sorted(s for c, s in scored if not c.leak)

@@ -35,7 +35,7 @@ import torch
 from memstate.evaluate.report import answer_flow_top, render_markdown, render_png, summarize
 from memstate.reward.answer_flow import AnswerFlowCheck
 from memstate.reward.fit import facts_cut, fit_to_responder
-from memstate.reward.responder_score import Judgement, judge
+from memstate.reward.responder_score import Judgement, judge, score_mode
 from memstate.reward.score import parse_choice
 from tqdm import tqdm
 from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -52,7 +52,7 @@ from memstate.prompts import (
     fit_prompt,
     responder_messages,
 )
-from memstate.responders import DTYPES, SCORE_MODES, ResponderConfig, make_responder
+from memstate.responders import DTYPES, ResponderConfig, make_responder
 from memstate.rules import CUT_OFF, FormatError, parse_completion
 from memstate.schema import Instance, option_letters
 
@@ -103,8 +103,8 @@ class EvalConfig(ResponderConfig):
     )  # fmt: skip
     score_mode: str | None = field(  # ResponderConfig's, defaulting to the checkpoint's instead of likelihood
         default=None,
-        metadata={"help": "likelihood or exact; default: the mode the checkpoint was trained with (else likelihood).",
-                  "choices": list(SCORE_MODES)},
+        metadata={"help": "A registered score mode (built in: likelihood, exact); default: the mode the checkpoint was "
+                  "trained with (else likelihood)."},
     )  # fmt: skip
     max_prompt_tokens: int | None = field(
         default=None,
@@ -121,8 +121,9 @@ class EvalConfig(ResponderConfig):
     )  # fmt: skip
 
     def __post_init__(self) -> None:
+        super().__post_init__()
         if self.score_mode is not None:  # None: resolved from the checkpoint by evaluate_checkpoint
-            super().__post_init__()
+            score_mode(self.score_mode)  # an unknown mode: ConfigError naming the registered ones
         if self.max_prompt_tokens is not None and self.max_prompt_tokens < 1:
             raise ConfigError(f"max_prompt_tokens must be at least 1, got {self.max_prompt_tokens}")
 
@@ -328,9 +329,14 @@ def evaluate_checkpoint(config: EvalConfig) -> Path:
             f"{checkpoint}: no memstate.json naming data and responder; pass --data_dir and --responder_model"
         )
     # Unless told otherwise, evaluate as the checkpoint was trained: its score mode, its prompt and state budgets.
+    mode = config.score_mode or (trained.score_mode if trained else "likelihood")
+    try:
+        scoring = score_mode(mode)  # eval's own was checked with its config; the checkpoint's may not be registered
+    except ConfigError as e:
+        raise ConfigError(f"{checkpoint}: memstate.json: {e}; pass --score_mode to evaluate in another") from None
     config = replace(
         config,
-        score_mode=config.score_mode or (trained.score_mode if trained else "likelihood"),
+        score_mode=mode,
         max_prompt_tokens=config.max_prompt_tokens
         or (trained.max_prompt_tokens if trained else DEFAULT_MAX_PROMPT_TOKENS),
         max_new_tokens=config.max_new_tokens or (trained.max_completion_length if trained else 128),
@@ -368,7 +374,10 @@ def evaluate_checkpoint(config: EvalConfig) -> Path:
 
     # The answer-flow shift is a likelihood whatever the score mode: the server must serve those requests too.
     responder = make_responder(
-        replace(config, responder_model=responder_model), config.device, config.dtype, likelihood=config.answer_flow
+        replace(config, responder_model=responder_model),
+        config.device,
+        config.dtype,
+        likelihood=scoring.likelihood or config.answer_flow,
     )
     if config.answer_flow:
         spent = answer_flow_shifts(responder, instances, rules, state_info)

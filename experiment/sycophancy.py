@@ -43,7 +43,7 @@ from memstate.experiment.world import (
     world_letter,
 )
 from memstate.reward.answer_flow import DEFAULT_THRESHOLD, AnswerFlowCheck, quantile
-from memstate.reward.responder_score import judge
+from memstate.reward.responder_score import judge, score_mode
 from memstate.reward.score import parse_choice
 from memstate.train.config import MemstateTrainArguments
 from memstate.train.run import StageTimer, train
@@ -51,7 +51,6 @@ from memstate.train.warmup import format_warmup
 from trl import GRPOConfig
 
 from memstate.data import load_split, manifest_sha256
-from memstate.errors import ConfigError
 from memstate.parsing import StageParser, activation_checkpointing
 from memstate.prompts import DEFAULT_MAX_PROMPT_TOKENS, PROMPT_VERSION
 from memstate.responders import ResponderConfig
@@ -72,7 +71,9 @@ class SycophancyConfig:
 
     out: str = field(metadata={"help": "Output directory (every stage's output, report.json/md/png)."})
     quick: bool = field(default=False, metadata={"help": "Fewer GRPO steps (60): a shortened run."})
-    score_mode: str = field(default="likelihood", metadata={"help": "Reward and evaluation: likelihood or exact."})
+    score_mode: str = field(
+        default="likelihood", metadata={"help": "Reward and evaluation: a registered score mode (likelihood, exact)."}
+    )
     use_peft: bool = field(default=False, metadata={"help": "Train LoRA adapters (+ lm_head) instead of all weights."})
     users: int = field(default=600, metadata={"help": "Invented users (6 instances each)."})
     responder_steps: int = field(
@@ -114,8 +115,7 @@ class SycophancyConfig:
     bootstrap_resamples: int = field(default=2000, metadata={"help": "Resamples of the paired bootstrap CIs."})
 
     def __post_init__(self) -> None:
-        if self.score_mode not in ("likelihood", "exact"):
-            raise ConfigError(f"score_mode must be likelihood or exact, got {self.score_mode!r}")
+        score_mode(self.score_mode)  # an unknown mode: ConfigError naming the registered ones
         if self.grpo_steps is None:
             self.grpo_steps = 60 if self.quick else 100
         if self.learning_rate is None:

@@ -25,7 +25,7 @@ class CheckpointMetadata:
     prompt_version: str = field(metadata={"help": "memstate.prompts.PROMPT_VERSION the policy was trained with."})
     policy_model: str = field(metadata={"help": "The base policy GRPO started from (before any warm-up)."})
     responder_model: str = field(metadata={"help": "The responder that rewarded it (path, hub id or served name)."})
-    score_mode: str = field(metadata={"help": "likelihood or exact: how the reward scored the responder."})
+    score_mode: str = field(metadata={"help": "The score mode the reward scored the responder in (likelihood, …)."})
     max_prompt_tokens: int = field(metadata={"help": "Policy prompt budget: facts were dropped to fit it."})
     max_completion_length: int = field(metadata={"help": "Most tokens a state could have."})
     data_dir: str = field(metadata={"help": "The dataset it trained on."})

@@ -28,7 +28,7 @@ from memstate.reward.audit import AuditLog
 from memstate.reward.cache import BaselineCache, CacheKey, baseline_key
 from memstate.reward.failure import UnscorableGuard
 from memstate.reward.fit import facts_cut, fit_to_responder
-from memstate.reward.responder_score import MODES, Judgement, judge
+from memstate.reward.responder_score import Judgement, judge, score_mode
 
 from memstate.leak import instance_leak_reason
 from memstate.responders import Responder
@@ -42,7 +42,11 @@ INSTANCE_FIELDS = tuple(f.name for f in fields(Instance))
 class RewardConfig:
     """How completions are rewarded."""
 
-    mode: str = field(default="likelihood", metadata={"help": "Score mode: 'likelihood' (dense) or 'exact'."})
+    mode: str = field(
+        default="likelihood",
+        metadata={"help": "Score mode: a registered one (memstate.reward.responder_score): 'likelihood' (dense) or "
+                  "'exact' built in."},
+    )  # fmt: skip
     format_penalty: float = field(default=-1.0, metadata={"help": "Reward of a state that fails parse_state."})
     leak_penalty: float = field(default=-1.0, metadata={"help": "Reward of a state that contains the answer."})
     answer_flow_check: bool = field(
@@ -59,8 +63,7 @@ class RewardConfig:
     )
 
     def __post_init__(self) -> None:
-        if self.mode not in MODES:
-            raise ValueError(f"reward mode {self.mode!r} is not one of {list(MODES)}")
+        score_mode(self.mode)  # an unknown mode: ConfigError naming the registered ones
         if not 0.0 <= self.answer_flow_threshold < 1.0:
             raise ValueError(f"answer_flow_threshold must be in [0, 1), got {self.answer_flow_threshold}")
 

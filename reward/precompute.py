@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 
 from memstate.reward.cache import BaselineCache
 from memstate.reward.counterfactual import CounterfactualGainReward, RewardConfig
+from memstate.reward.responder_score import score_mode
 from tqdm import tqdm
 
 from memstate.data import load_split, split_path
@@ -75,10 +76,12 @@ def make_parser(prog: str | None = None) -> StageParser:
 
 def run(parsed: tuple[PrecomputeArguments, ResponderConfig]) -> int:
     args, responder_config = parsed
+    scoring = score_mode(responder_config.score_mode)  # an unknown mode: ConfigError naming the registered ones
     for split in args.split:  # data and responder are checked before the cache file is created
         if not split_path(args.data, split).is_file():
             raise ConfigError(f"--data: {split_path(args.data, split)}: no such split file; build the data first")
-    responder = make_responder(responder_config)  # a server that is down fails here, in one line
+    # A server that is down, or cannot serve the mode's requests, fails here, in one line.
+    responder = make_responder(responder_config, likelihood=scoring.likelihood)
     counts = precompute_baselines(
         responder, args.data, args.split, args.cache, responder_config.score_mode, args.batch_size
     )

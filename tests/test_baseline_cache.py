@@ -12,7 +12,7 @@ import pytest
 from memstate.data_build.build import build_data, load_data_config
 from memstate.reward.cache import BaselineCache, CacheKey, baseline_key, request_digest
 from memstate.reward.precompute import precompute_baselines
-from memstate.reward.responder_score import Judgement, exact_judgements, likelihood_judgements, responder_request
+from memstate.reward.responder_score import Judgement, judge, responder_request
 
 from memstate.data import SPLITS, load_split
 from memstate.prompts import responder_messages
@@ -94,8 +94,8 @@ def free_text(inst):
 def test_key_request_is_what_the_judges_send(fever_train):
     for inst in (fever_train[0], free_text(fever_train[0])):
         rec = Recorder()
-        likelihood_judgements(rec, [inst], [None])
-        exact_judgements(rec, [inst], [None])
+        judge(rec, [inst], [None], "likelihood")
+        judge(rec, [inst], [None], "exact")
         likely, exact = responder_request(inst, None, "likelihood").key(), responder_request(inst, None, "exact").key()
         assert rec.sent[0] == {"messages": likely["messages"], "continuations": likely["continuations"]}
         assert rec.sent[1] == {"messages": exact["messages"], "max_new_tokens": exact["decoding"]["max_new_tokens"]}
@@ -167,7 +167,7 @@ def test_a_rebuilt_dataset_reuses_only_identical_requests(tiny_models, tiny_buil
     assert second["scored"] == len(new) - len(identical)
     cache = BaselineCache(cache_path)
     served = cache.get_many([baseline_key(i, "likelihood", responder.identity) for i in identical])
-    fresh = likelihood_judgements(responder, identical, [None] * len(identical))
+    fresh = judge(responder, identical, [None] * len(identical), "likelihood")
     assert len(served) == len(identical)
     assert [j.score for j in served.values()] == pytest.approx([j.score for j in fresh], abs=1e-6)
     assert [(j.correct, j.answer) for j in served.values()] == [(j.correct, j.answer) for j in fresh]

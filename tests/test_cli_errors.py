@@ -96,6 +96,45 @@ def train_config_missing_file(tmp, _):
     return ["train", "--config", str(tmp / "nope.yaml")], "nope.yaml", tmp / "run"
 
 
+# An unknown score mode is refused by every command that scores, naming the registered modes, before anything loads.
+UNKNOWN_MODE = "unknown score_mode 'exakt'; known: likelihood, exact"
+
+
+def train_unknown_score_mode(tmp, _):
+    cfg = tmp / "train.yaml"
+    cfg.write_text(TRAIN_YAML.format(out=tmp / "run") + "score_mode: exakt\n")
+    return ["train", "--config", str(cfg)], UNKNOWN_MODE, tmp / "run"
+
+
+def precompute_unknown_score_mode(tmp, _):
+    cache = tmp / "baselines.sqlite"
+    argv = ["reward", "precompute-baselines", "--data", str(tmp / "no-data"), "--cache", str(cache),
+            "--responder-model", "r", "--score_mode", "exakt"]  # fmt: skip
+    return argv, UNKNOWN_MODE, cache
+
+
+def eval_unknown_score_mode(tmp, _):
+    (tmp / "ckpt").mkdir()
+    out = tmp / "report"
+    return ["eval", "--checkpoint", str(tmp / "ckpt"), "--score_mode", "exakt", "--out", str(out)], UNKNOWN_MODE, out
+
+
+def eval_checkpoint_trained_in_an_unknown_mode(tmp, _):
+    from memstate.checkpoint import CheckpointMetadata
+
+    ckpt = tmp / "ckpt"
+    ckpt.mkdir()
+    (ckpt / "config.json").write_text("{}")  # not a model: loading it would fail otherwise
+    CheckpointMetadata("v", str(tmp / "policy"), "r", "exakt", 100, 20, str(tmp / "data")).write(ckpt)
+    out = tmp / "report"
+    return ["eval", "--checkpoint", str(ckpt), "--out", str(out)], f"memstate.json: {UNKNOWN_MODE}", out
+
+
+def experiment_unknown_score_mode(tmp, _):
+    out = tmp / "experiment"
+    return ["experiment", "sycophancy", "--out", str(out), "--score_mode", "exakt"], UNKNOWN_MODE, out
+
+
 def ingest_locomo_json(tmp, _):
     locomo = tmp / "locomo10.json"
     conversation = {"speaker_a": "Caroline", "speaker_b": "Melanie", "session_1": [
@@ -161,6 +200,11 @@ MISTAKES = [
     Mistake("train-config-unknown-field", train_config_unknown_field),
     Mistake("train-config-malformed-yaml", train_config_malformed_yaml),
     Mistake("train-config-missing-file", train_config_missing_file),
+    Mistake("train-unknown-score-mode", train_unknown_score_mode),
+    Mistake("precompute-unknown-score-mode", precompute_unknown_score_mode),
+    Mistake("eval-unknown-score-mode", eval_unknown_score_mode),
+    Mistake("eval-checkpoint-trained-in-an-unknown-mode", eval_checkpoint_trained_in_an_unknown_mode),
+    Mistake("experiment-unknown-score-mode", experiment_unknown_score_mode),
     Mistake("ingest-locomo-json", ingest_locomo_json),
     Mistake("ask-missing-store", ask_missing_store),
     Mistake("precompute-unreachable-responder", precompute_unreachable_responder),

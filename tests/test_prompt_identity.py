@@ -15,7 +15,7 @@ import json
 import pytest
 from memstate.memory import answer as memory_answer
 from memstate.memory.retrieve import Retrieved
-from memstate.reward.responder_score import likelihood_judgements
+from memstate.reward.responder_score import judge
 from memstate.serve.client import PATH, _state
 from memstate.train.data import grpo_dataset
 from test_serve_api import GOOD, INSTANCE, ScriptedPolicy, client
@@ -83,6 +83,6 @@ def test_deployed_prompts_equal_training_prompts(tiny_models, monkeypatch, budge
     assert reply.rules == ("Prefer F2 over F1: F2 supersedes it.", "Answer from the current memory only.")
     (deployed,) = responder.prompts
     training = RecordingResponder()
-    likelihood_judgements(training, [INSTANCE], [reply.rules])
+    judge(training, [INSTANCE], [reply.rules], "likelihood")
     (trained,) = training.prompts
     assert wire(deployed) == wire(trained) == wire(responder_messages(INSTANCE, reply.rules))

@@ -15,6 +15,7 @@ import pytest
 from fake_openai_server import FaultyOpenAIServer
 from memstate.reward.counterfactual import CounterfactualGainReward, RewardConfig
 from memstate.reward.failure import UnscorableGuard
+from memstate.reward.responder_score import score_mode
 
 from memstate.errors import ConfigError, ResponderFailure
 from memstate.http import HTTPClient, HTTPSettings, HTTPUnavailable
@@ -80,30 +81,37 @@ def test_the_deadline_is_a_responder_setting():
 # ---- contract at start ------------------------------------------------------------------------------------------
 
 
-def config_for(url: str, score_mode: str = "likelihood") -> ResponderConfig:
-    return ResponderConfig(responder_model="fake-responder", responder_url=url, score_mode=score_mode,
+def config_for(url: str, mode: str = "likelihood") -> ResponderConfig:
+    return ResponderConfig(responder_model="fake-responder", responder_url=url, score_mode=mode,
                            responder_max_retries=0)  # fmt: skip
+
+
+def scoring_responder(config: ResponderConfig, *, answer_flow: bool = False):
+    """As the commands that score make it: the log-prob requests checked when the mode (or answer flow) needs them."""
+    return make_responder(config, likelihood=score_mode(config.score_mode).likelihood or answer_flow)
 
 
 def test_the_contract_check_names_what_the_server_lacks_and_its_version():
     with FaultyOpenAIServer(lacks=("logprob_token_ids",), version="0.19.1", max_model_len=None) as server:
         with pytest.raises(ResponderIncompatible) as refused:
-            make_responder(config_for(server.url))
+            scoring_responder(config_for(server.url))
         message = str(refused.value)
         assert "server version 0.19.1" in message and "logprob_token_ids" in message
         assert "choices[0].logprobs.content[0].top_logprobs" in message and "score_mode: exact" in message
         assert "\n" not in message
         # Exact mode sends no likelihood request: the same server will do (and reports no max_model_len).
-        responder = make_responder(config_for(server.url, "exact"))
+        responder = scoring_responder(config_for(server.url, "exact"))
         assert responder.max_model_len is None and responder.server_version == "0.19.1"
         responder.close()
+        # ... nor does a command that only asks for answers (memory ask, eval memsyco), whatever score_mode says ...
+        make_responder(config_for(server.url)).close()
         # ... unless the answer-flow check needs likelihood scores.
         with pytest.raises(ResponderIncompatible, match="logprob_token_ids"):
-            make_responder(config_for(server.url, "exact"), likelihood=True)
+            scoring_responder(config_for(server.url, "exact"), answer_flow=True)
 
     with FaultyOpenAIServer(lacks=("prompt_logprobs",), version=None) as server:
         with pytest.raises(ResponderIncompatible, match=r"version unknown.*prompt_logprobs"):
-            make_responder(config_for(server.url))
+            scoring_responder(config_for(server.url))
 
 
 def test_training_against_a_responder_without_logprob_token_ids_stops_before_the_policy_loads(

@@ -1,7 +1,7 @@
 import pytest
 from memstate.reward.cache import BaselineCache, baseline_key
 from memstate.reward.counterfactual import CounterfactualGainReward, RewardConfig
-from memstate.reward.responder_score import exact_judgements, likelihood_judgements
+from memstate.reward.responder_score import judge
 
 from memstate.leak import leaks_answer
 from memstate.responders.local import TransformersResponder
@@ -61,8 +61,8 @@ def test_gain_is_state_score_minus_baseline_score(responder, fever_train):
     out = reward(
         prompts=[None] * 3, completions=[[{"role": "assistant", "content": s}] for s in states], **columns(insts)
     )
-    base = likelihood_judgements(responder, insts, [None] * 3)
-    ours = likelihood_judgements(responder, insts, [parse_state(s).rules for s in states])
+    base = judge(responder, insts, [None] * 3, "likelihood")
+    ours = judge(responder, insts, [parse_state(s).rules for s in states], "likelihood")
     assert out == pytest.approx([o.score - b.score for o, b in zip(ours, base, strict=True)], abs=1e-6)
     assert all(-1.0 <= g <= 1.0 for g in out)
 
@@ -106,8 +106,8 @@ def test_missing_instance_columns_is_a_clear_error(responder):
 
 def test_batched_scoring_matches_one_by_one(responder, fever_train):
     insts = fever_train[:5]
-    batched = likelihood_judgements(responder, insts, [None] * 5)
-    single = [likelihood_judgements(responder, [i], [None])[0] for i in insts]
+    batched = judge(responder, insts, [None] * 5, "likelihood")
+    single = [judge(responder, [i], [None], "likelihood")[0] for i in insts]
     assert [b.score for b in batched] == pytest.approx([s.score for s in single], abs=1e-5)
     assert [b.correct for b in batched] == [s.correct for s in single]
     assert all(0.0 <= b.score <= 1.0 for b in batched)
@@ -120,9 +120,8 @@ def test_both_modes_give_gain_state_minus_baseline(responder, fever_train, mode)
     counting = CountingResponder(responder)
     reward = CounterfactualGainReward(counting, RewardConfig(mode=mode))
     out = reward(prompts=[None] * 4, completions=states, **columns(insts))
-    judge_fn = likelihood_judgements if mode == "likelihood" else exact_judgements
-    base = judge_fn(responder, insts, [None] * 4)
-    ours = judge_fn(responder, insts, [parse_state(s).rules for s in states])
+    base = judge(responder, insts, [None] * 4, mode)
+    ours = judge(responder, insts, [parse_state(s).rules for s in states], mode)
     assert out == pytest.approx([o.score - b.score for o, b in zip(ours, base, strict=True)], abs=1e-6)
     if mode == "exact":
         assert set(out) <= {-1.0, 0.0, 1.0}
@@ -142,7 +141,7 @@ def test_exact_mode_scores_the_generated_letter(fever_train):
 
     inst = fever_train[0]
     right, wrong = inst.answer_letter, next(x for x in "ABC" if x != inst.answer_letter)
-    judged = exact_judgements(Fixed([f"({right})", wrong, None]), [inst] * 3, [None] * 3)
+    judged = judge(Fixed([f"({right})", wrong, None]), [inst] * 3, [None] * 3, "exact")
     assert [j and j.score for j in judged] == [1.0, 0.0, None]
 
 
@@ -176,7 +175,7 @@ def test_sqlite_cache_survives_a_process_restart(tiny_models, fever_data, tmp_pa
     assert len(counting.prompts) == 2 and all(
         "Rules for using the memories" in p[1]["content"] for p in counting.prompts
     )
-    fresh = likelihood_judgements(inner, test[:2], [None, None])
+    fresh = judge(inner, test[:2], [None, None], "likelihood")
     cached = cache.get_many([baseline_key(i, "likelihood", inner.identity) for i in test[:2]])
     assert sorted(j.score for j in cached.values()) == pytest.approx(sorted(j.score for j in fresh), abs=1e-6)
 

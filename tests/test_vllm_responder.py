@@ -188,7 +188,7 @@ def test_http_endpoints_match_the_in_process_model(instances, local, server):
 
 def test_openai_responder_matches_the_transformers_responder(instances, local, server):
     """The reward's HTTP backend on the served weights judges exactly like the in-process backend."""
-    from memstate.reward.responder_score import exact_judgements, likelihood_judgements
+    from memstate.reward.responder_score import judge
 
     from memstate.responders.remote import OpenAIResponder
 
@@ -199,7 +199,7 @@ def test_openai_responder_matches_the_transformers_responder(instances, local, s
         insts, rules = [i for i, _ in pairs], [r for _, r in pairs]
 
         # Likelihood mode: option probabilities renormalized over the letters, and the most likely letter.
-        got, want = likelihood_judgements(remote, insts, rules), likelihood_judgements(local, insts, rules)
+        got, want = judge(remote, insts, rules, "likelihood"), judge(local, insts, rules, "likelihood")
         assert all(g is not None for g in got)
         assert [g.score for g in got] == pytest.approx([w.score for w in want], abs=2 * TOL)
         assert [(g.correct, g.answer) for g in got] == [(w.correct, w.answer) for w in want]
@@ -216,7 +216,7 @@ def test_openai_responder_matches_the_transformers_responder(instances, local, s
 
         # Exact mode: identical greedy answers, hence identical judgements.
         assert remote.answer(prompts, max_new_tokens=8) == local.answer(prompts, max_new_tokens=8)
-        assert exact_judgements(remote, insts[:8], rules[:8]) == exact_judgements(local, insts[:8], rules[:8])
+        assert judge(remote, insts[:8], rules[:8], "exact") == judge(local, insts[:8], rules[:8], "exact")
 
         stats = remote.stats
         assert stats.retries == stats.gave_up == stats.unscorable_prompts == stats.bad_replies == 0, stats
@@ -268,8 +268,8 @@ def test_a_real_vllm_server_passes_the_contract_check_of_both_score_modes(server
     remote = OpenAIResponder(server, SERVED_NAME, timeout=120.0, max_retries=1, concurrency=4)
     try:
         remote.check_health()
-        remote.check_contract("likelihood")
-        remote.check_contract("exact", likelihood=True)
+        remote.check_contract(likelihood=True)
+        remote.check_contract(likelihood=False)
         assert remote.server_version and remote.server_version.startswith("0.31")
         assert remote.max_model_len == 2048  # the test server's --max-model-len
     finally:

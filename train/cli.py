@@ -10,13 +10,13 @@ from memstate.train.config import (
     GRPOConfig,
     MemstateTrainArguments,
     check_model_init,
+    check_responder,
     check_validation_settings,
     check_vllm_settings,
     make_parser,
 )
 from memstate.train.launch import fit_to_world
 
-from memstate.errors import ConfigError
 from memstate.responders import ResponderConfig
 
 __all__ = ["make_parser", "run"]  # the command's parser and runner (memstate/cli.py: COMMANDS)
@@ -24,8 +24,7 @@ __all__ = ["make_parser", "run"]  # the command's parser and runner (memstate/cl
 
 def run(parsed: tuple[MemstateTrainArguments, ResponderConfig, GRPOConfig, argparse.Namespace]) -> None:
     script_args, responder, grpo_config, options = parsed
-    if not responder.responder_model:
-        raise ConfigError("responder_model is required (the frozen responder that measures the answer gain)")
+    check_responder(responder)
     # A dry run forces use_cpu (TrainParser) to validate a GPU config anywhere: its device settings are not checked.
     check_vllm_settings(script_args, grpo_config, on_cpu=grpo_config.use_cpu and not options.dry_run)
     check_model_init(script_args, grpo_config)

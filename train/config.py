@@ -8,6 +8,7 @@ from types import SimpleNamespace
 from typing import Literal
 
 from memstate.reward.answer_flow import DEFAULT_THRESHOLD
+from memstate.reward.responder_score import score_mode
 from trl import GRPOConfig
 
 from memstate.data import load_split
@@ -295,6 +296,14 @@ def check_model_init(script_args: MemstateTrainArguments, config: GRPOConfig) ->
             f"cannot run: use one of {list(MASKED_ATTENTION)}, or shared_prefix_training: false with a smaller "
             "per_device_train_batch_size"
         )
+
+
+def check_responder(responder: ResponderConfig) -> None:
+    """The responder settings training needs, before anything loads: a responder, and a registered score mode
+    (``ConfigError`` naming the registered ones otherwise)."""
+    if not responder.responder_model:
+        raise ConfigError("responder_model is required (the frozen responder that measures the answer gain)")
+    score_mode(responder.score_mode)
 
 
 def check_validation_settings(config: GRPOConfig) -> None:

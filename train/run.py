@@ -22,6 +22,7 @@ from memstate.reward.audit import AuditLog
 from memstate.reward.cache import open_training_cache
 from memstate.reward.counterfactual import CounterfactualGainReward, RewardConfig
 from memstate.reward.failure import UnscorableGuard
+from memstate.reward.responder_score import score_mode
 from memstate.train.best import (
     METRIC,
     VALIDATION_METRIC,
@@ -331,8 +332,9 @@ def train(
     with timers("load_responder"):
         # A responder server that is down fails here (make_responder checks its health), before any training.
         # It must also answer the score mode's requests (check_contract), likelihood ones too for the answer-flow check.
+        likelihood = score_mode(responder_config.score_mode).likelihood or script_args.answer_flow_check
         responder = make_responder(
-            responder_config, device="cpu" if grpo_config.use_cpu else "cuda", likelihood=script_args.answer_flow_check
+            responder_config, device="cpu" if grpo_config.use_cpu else "cuda", likelihood=likelihood
         )
         reward = CounterfactualGainReward(
             responder,

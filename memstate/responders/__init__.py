@@ -8,7 +8,7 @@
 The package itself stays light (no torch, no HTTP client): the backends are imported from their modules.
 """
 
-from memstate.responders.config import DTYPES, SCORE_MODES, ResponderConfig, make_responder
+from memstate.responders.config import DTYPES, ResponderConfig, make_responder
 from memstate.responders.protocol import ContinuationLogprob, Responder
 
-__all__ = ["DTYPES", "SCORE_MODES", "ContinuationLogprob", "Responder", "ResponderConfig", "make_responder"]
+__all__ = ["DTYPES", "ContinuationLogprob", "Responder", "ResponderConfig", "make_responder"]

@@ -17,7 +17,6 @@ from memstate.errors import ConfigError, InputNotFound
 if TYPE_CHECKING:
     from memstate.responders.protocol import Responder
 
-SCORE_MODES = ("likelihood", "exact")
 DTYPES = ("float32", "bfloat16", "float16")  # of an in-process model
 
 
@@ -62,15 +61,13 @@ class ResponderConfig:
     score_mode: str = field(
         default="likelihood",
         metadata={
-            "help": "How the responder's answer is scored: likelihood (dense: log-probability of the right option) "
-            "or exact (greedy answer compared to the answer).",
-            "choices": list(SCORE_MODES),
+            "help": "How the responder's answer is scored: a registered score mode (memstate.reward.responder_score); "
+            "built in: likelihood (dense: log-probability of the right option) or exact (greedy answer compared to "
+            "the answer). Checked by the commands that score."
         },
     )
 
     def __post_init__(self) -> None:
-        if self.score_mode not in SCORE_MODES:
-            raise ConfigError(f"score_mode must be one of {list(SCORE_MODES)}, got {self.score_mode!r}")
         for name in ("responder_concurrency", "responder_batch_size"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"{name} must be at least 1, got {getattr(self, name)}")
@@ -92,9 +89,10 @@ def make_responder(
     """The HTTP responder for ``config.responder_url``, else the in-process one on ``device`` in ``dtype``.
 
     The server is checked here, so one that cannot serve fails now, in one line, not mid-run: it must answer and serve
-    ``responder_model`` (``check_health``), and answer one request of each kind ``score_mode`` sends with what
-    scoring reads (``check_contract``; ``likelihood``: the likelihood requests too in exact mode, for the answer-flow
-    check)."""
+    ``responder_model`` (``check_health``), and answer a greedy chat request, and with ``likelihood`` the log-prob
+    requests too, with what scoring reads (``check_contract``). A caller that scores passes
+    ``likelihood=score_mode(config.score_mode).likelihood`` (``memstate.reward.responder_score``), or true when it
+    scores by likelihood whatever the mode (the answer-flow check); one that only asks for answers passes nothing."""
     if not config.responder_model:
         raise ConfigError("no responder: give --responder_model (a model path/id, or the served name with a URL)")
     if config.responder_url:
@@ -111,7 +109,7 @@ def make_responder(
         )
         try:
             responder.check_health()
-            responder.check_contract(config.score_mode, likelihood=likelihood or config.score_mode == "likelihood")
+            responder.check_contract(likelihood=likelihood)
         except BaseException:
             responder.close()
             raise

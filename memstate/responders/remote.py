@@ -21,8 +21,9 @@ With ``deadline`` no call (all its attempts and waits) takes longer than that ma
 ``context_length`` is the server's ``max_model_len``: ``memstate.reward.fit`` fits prompts to it.
 
 ``check_health`` (the server answers and serves ``model``; records its ``max_model_len``) and ``check_contract``
-(one request of each kind the score mode sends, in the very shapes the scoring code sends them; refuses a server whose
-replies lack what scoring reads, naming its version) run before any work: ``make_responder`` calls both.
+(one request of each kind scoring sends: a greedy answer, and the log-prob requests when asked; in the very shapes the
+scoring code sends them; refuses a server whose replies lack what scoring reads, naming its version) run before any
+work: ``make_responder`` calls both.
 """
 
 from __future__ import annotations
@@ -162,20 +163,19 @@ class OpenAIResponder:
 
     # ---- contract -----------------------------------------------------------------------------------------------
 
-    def check_contract(self, score_mode: str, *, likelihood: bool | None = None) -> None:
-        """Send one request of each kind ``score_mode`` scores with, built by the same code as scoring's, and raise
+    def check_contract(self, *, likelihood: bool) -> None:
+        """Send one request of each kind scoring will send, built by the same code as scoring's, and raise
         ``ResponderIncompatible`` (one line: the server's version, the request, what its reply lacks) unless every
-        reply holds what scoring reads. Likelihood: ``/tokenize`` of two option letters, the chat request with their
-        ``logprob_token_ids``, and the free-text path (``/tokenize`` of a chat prompt and of a continuation, then
-        ``/v1/completions`` with ``prompt_logprobs``). Exact: one greedy chat request (sent in both modes).
-        ``likelihood`` (default: ``score_mode == "likelihood"``) asks for the likelihood requests in exact mode too
-        (the answer-flow check scores by likelihood whatever the mode). Call after ``check_health``."""
-        likelihood = score_mode == "likelihood" if likelihood is None else likelihood
+        reply holds what scoring reads. Always one greedy chat request (``answer``); with ``likelihood`` (the score
+        mode asks for log-probs, or the answer-flow check will) the log-prob requests too: ``/tokenize`` of two option
+        letters, the chat request with their ``logprob_token_ids``, and the free-text path (``/tokenize`` of a chat
+        prompt and of a continuation, then ``/v1/completions`` with ``prompt_logprobs``). Call after
+        ``check_health``."""
         self.server_version = self._run(self._version())
         self._run(self._contract(likelihood))
-        also = " (likelihood requests checked too)" if likelihood and score_mode != "likelihood" else ""
-        logger.info("responder at %s (%s, max_model_len %s) can score in %s mode%s", self.base_url,
-                    self._version_text(), self.max_model_len, score_mode, also)  # fmt: skip
+        what = "greedy answers and log-probs" if likelihood else "greedy answers"
+        logger.info("responder at %s (%s, max_model_len %s) serves %s", self.base_url, self._version_text(),
+                    self.max_model_len, what)  # fmt: skip
 
     async def _version(self) -> str | None:
         try:
