@@ -22,11 +22,11 @@ import tempfile
 import time
 from pathlib import Path
 
+from results_io import report
+
 from memstate.data_build.build import DataConfig, build_data
 from memstate.data_build.fever import FeverConfig
 from memstate.data_build.personamem import read_personamem
-from results_io import report
-
 from memstate.sources import fever as fever_source
 from memstate.sources.skips import SkipLog
 

@@ -39,6 +39,8 @@ from dataclasses import asdict
 from pathlib import Path
 
 import numpy as np
+from results_io import report
+
 from memstate.memory import (
     ClagConfig,
     HashEmbedder,
@@ -53,7 +55,6 @@ from memstate.memory import (
     retrieve,
 )
 from memstate.memory.seeds import default_seed_extractor
-from results_io import report
 
 ROOT = Path(__file__).resolve().parents[1]
 SYLLABLES = "ba be bi bo bu da de di do du ka ke ki ko ku la le li lo lu ma me mi mo mu na ne ni no nu".split()

@@ -24,20 +24,20 @@ from pathlib import Path
 
 import torch
 import yaml
-from memstate.data_build.build import build_data, load_data_config
-from memstate.reward.counterfactual import CounterfactualGainReward, RewardConfig
-from memstate.reward.responder_score import judge
-from memstate.train.warmup import format_warmup
 from results_io import report
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from memstate.data import load_split
+from memstate.data_build.build import build_data, load_data_config
 from memstate.leak import leaks_answer
 from memstate.prompts import policy_messages
 from memstate.responders.local import TransformersResponder
+from memstate.reward.counterfactual import CounterfactualGainReward, RewardConfig
+from memstate.reward.responder_score import judge
 from memstate.rules import parse_state
 from memstate.schema import Instance
 from memstate.tiny_models import build_tiny_models
+from memstate.train.warmup import format_warmup
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -25,15 +25,15 @@ import time
 from pathlib import Path
 
 import httpx
-from memstate.data_build.build import build_data, load_data_config
-from memstate.serve.client import AsyncReasoningStateClient, ReasoningStateError, instance_payload
-from memstate.serve.policy import PolicyServerConfig, free_port, has_cuda, log_tail, start, stop_group, wait_healthy
 from prometheus_client.parser import text_string_to_metric_families
 from results_io import report
 
 from memstate.chat import CHAT_COMPLETIONS, chat_reply, chat_request
 from memstate.data import load_split
+from memstate.data_build.build import build_data, load_data_config
 from memstate.prompts import policy_messages
+from memstate.serve.client import AsyncReasoningStateClient, ReasoningStateError, instance_payload
+from memstate.serve.policy import PolicyServerConfig, free_port, has_cuda, log_tail, start, stop_group, wait_healthy
 from memstate.tiny_models import build_tiny_models
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -19,7 +19,6 @@ import time
 from pathlib import Path
 
 from memstate.experiment.sycophancy import SycophancyConfig, run_experiment
-
 from memstate.threads import configure_threads
 
 RESULTS = Path(__file__).resolve().parent / "results"

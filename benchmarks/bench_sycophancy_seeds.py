@@ -23,6 +23,9 @@ import time
 from dataclasses import fields
 from pathlib import Path
 
+from scipy import stats
+
+from memstate.data import load_split
 from memstate.evaluate.report import summarize
 from memstate.evaluate.run import condition_records, generate_states, state_record
 from memstate.experiment.sycophancy import (
@@ -34,9 +37,6 @@ from memstate.experiment.sycophancy import (
     report_interval,
     shuffled_reference,
 )
-from scipy import stats
-
-from memstate.data import load_split
 from memstate.responders.local import TransformersResponder
 from memstate.threads import configure_threads
 

@@ -59,13 +59,13 @@ def child_grpo(args: argparse.Namespace) -> None:
 
     import torch
     import yaml
-    from memstate.reward.counterfactual import CounterfactualGainReward, RewardConfig
-    from memstate.train.data import grpo_dataset
     from transformers import AutoTokenizer, TrainerCallback
     from trl import GRPOConfig, GRPOTrainer
 
     from memstate.data import load_split
     from memstate.responders.local import TransformersResponder
+    from memstate.reward.counterfactual import CounterfactualGainReward, RewardConfig
+    from memstate.train.data import grpo_dataset
 
     class StepTimer(TrainerCallback):
         def __init__(self) -> None:
@@ -206,11 +206,11 @@ def run_setting(args, paths: dict, configure: bool, busy: bool, tmp: Path, tag: 
 
 def setup(tmp: Path) -> dict:
     import yaml
-    from memstate.data_build.build import build_data, load_data_config
-    from memstate.train.warmup import format_warmup
 
     from memstate.data import load_split
+    from memstate.data_build.build import build_data, load_data_config
     from memstate.tiny_models import build_tiny_models
+    from memstate.train.warmup import format_warmup
 
     train_config = yaml.safe_load(TINY_CPU.read_text())
     models = build_tiny_models(tmp / "models")

@@ -68,10 +68,11 @@ def child(args: argparse.Namespace) -> None:
     configure_threads()
     import torch
     from datasets import Dataset
-    from memstate.train.packing import FLEX_BLOCK, pack_groups, packed_mask_bytes
-    from memstate.train.shared_prefix import SharedPrefixGRPOTrainer
     from transformers import AutoTokenizer, Qwen3Config, Qwen3ForCausalLM
     from trl import GRPOConfig
+
+    from memstate.train.packing import FLEX_BLOCK, pack_groups, packed_mask_bytes
+    from memstate.train.shared_prefix import SharedPrefixGRPOTrainer
 
     prompt_len, completion_len, group = args.setting
     tokenizer = AutoTokenizer.from_pretrained(args.tokenizer)

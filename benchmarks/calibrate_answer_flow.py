@@ -19,12 +19,12 @@ from collections import defaultdict
 from dataclasses import replace
 from pathlib import Path
 
-from memstate.reward.answer_flow import AnswerFlowCheck, quantile
 from results_io import report
 
 from memstate.leak import leaks_answer
 from memstate.leak.redteam import load_redteam
 from memstate.responders import ResponderConfig, make_responder
+from memstate.reward.answer_flow import AnswerFlowCheck, quantile
 from memstate.rules import parse_state
 
 ROOT = Path(__file__).resolve().parent.parent

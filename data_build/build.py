@@ -18,13 +18,13 @@ from pathlib import Path
 from typing import Any
 
 from datasets import Dataset, DatasetDict, Features, List, Value, disable_progress_bars
+
+from memstate.data import SPLITS
 from memstate.data_build.conflict import CONFLICT_PERSPECTIVES, ClaimPool, InstanceOptions, claim_instances
 from memstate.data_build.probe import check_probes, run_probes
 from memstate.data_build.records import EvidenceClaim, SourceRead
 from memstate.data_build.registry import get_source, source_names
 from memstate.data_build.splits import DEFAULT_RATIOS, assign_splits, check_ratios
-
-from memstate.data import SPLITS
 from memstate.errors import ConfigError, InputNotFound
 from memstate.parsing import read_yaml
 from memstate.schema import Instance, stable_id

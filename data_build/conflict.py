@@ -26,7 +26,6 @@ from dataclasses import dataclass
 
 from memstate.data_build.labels import LABELS, claim_question, opposite_label
 from memstate.data_build.records import EvidenceClaim
-
 from memstate.schema import Fact, Instance, Relation, stable_id
 
 CONFLICT_PERSPECTIVES: tuple[str, ...] = ("belief", "identity", "expertise")

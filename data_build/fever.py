@@ -14,7 +14,6 @@ from pathlib import Path
 
 from memstate.data_build.records import EvidenceClaim, SourceRead
 from memstate.data_build.registry import DataSource, input_dir, register
-
 from memstate.sources.fever import ClaimRecord, EvidenceRef, decode_sentence, decode_title, read_claims, scan_wiki
 from memstate.sources.labels import normalize_label
 from memstate.sources.skips import SKIP_UNRESOLVED, SkipLog, input_record

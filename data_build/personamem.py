@@ -71,12 +71,12 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+
 from memstate.data_build.records import SourceRead
 from memstate.data_build.registry import DataSource, input_dir, register
-from memstate.memory.relation_rule import RELATION_RULE_VERSION, Said, relate, stance_kinds
-
 from memstate.embedding import Embedder, SharedSentenceEmbedder
 from memstate.errors import InputNotFound
+from memstate.memory.relation_rule import RELATION_RULE_VERSION, Said, relate, stance_kinds
 from memstate.schema import Fact, Instance, Relation, option_letters, stable_id
 from memstate.sources.personamem import ContextError, QuestionRow, SharedContext, SharedContextFile, read_questions
 from memstate.sources.skips import SKIP_DUPLICATE, SKIP_INVALID, SKIP_NO_HISTORY, SKIP_UNRESOLVED, SkipLog

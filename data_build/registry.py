@@ -26,7 +26,6 @@ from memstate.errors import ConfigError, InputNotFound
 if TYPE_CHECKING:
     from memstate.data_build.build import DataConfig
     from memstate.data_build.records import SourceRead
-
     from memstate.sources.skips import SkipLog
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]

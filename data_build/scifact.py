@@ -14,7 +14,6 @@ from pathlib import Path
 
 from memstate.data_build.records import EvidenceClaim, SourceRead
 from memstate.data_build.registry import DataSource, input_dir, register
-
 from memstate.errors import InputNotFound
 from memstate.sources.scifact import ClaimRecord, Doc, Rationale, Skip, decode_line, parse_claim, read_corpus, record_id
 from memstate.sources.skips import (

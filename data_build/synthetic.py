@@ -32,7 +32,6 @@ from memstate.data_build.conflict import user_memory_text as claim_memory_text
 from memstate.data_build.labels import LABELS, claim_question
 from memstate.data_build.records import SourceRead
 from memstate.data_build.registry import DataSource, register
-
 from memstate.schema import Fact, Instance, Relation, option_letters, stable_id
 
 SOURCE = "synthetic"

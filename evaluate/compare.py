@@ -11,9 +11,8 @@ import argparse
 import json
 from pathlib import Path
 
-from memstate.evaluate.report import CONDITION_COLUMNS, _ci, _fmt
-
 from memstate.errors import ConfigError, InputError, InputNotFound
+from memstate.evaluate.report import CONDITION_COLUMNS, _ci, _fmt
 
 
 def load_report(path: str | Path) -> dict:

@@ -45,12 +45,12 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from memstate.embedding import Embedder
 from memstate.memory.extract import Extractor
 from memstate.memory.ingest import memsyco_sessions
 from memstate.memory.rule_extractor import topic
 from memstate.memory.store import MemoryStore
-
-from memstate.embedding import Embedder
 from memstate.sources.memsyco import load_memsyco
 
 OUTDATED_MIN = 0.45

@@ -44,15 +44,15 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from tqdm import tqdm
+
+from memstate.errors import ConfigError, InputError, InputNotFound
 from memstate.evaluate.stats import mean_ci, paired_difference_ci
 from memstate.memory.backends import backend_names, get_backend
 from memstate.memory.cli import EXTRACTORS, store_name
 from memstate.memory.extract import DEFAULT_EXTRACTOR, make_extractor
 from memstate.memory.ingest import locomo_sessions
 from memstate.memory.search import match_query
-from tqdm import tqdm
-
-from memstate.errors import ConfigError, InputError, InputNotFound
 from memstate.sources.locomo import LocomoSample, read_locomo
 from memstate.sources.memsyco import load_memsyco
 

@@ -32,17 +32,13 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 import torch
-from memstate.evaluate.report import answer_flow_top, render_markdown, render_png, summarize
-from memstate.reward.answer_flow import AnswerFlowCheck
-from memstate.reward.fit import facts_cut, fit_to_responder
-from memstate.reward.responder_score import Judgement, judge, score_mode
-from memstate.reward.score import parse_choice
 from tqdm import tqdm
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from memstate.checkpoint import CheckpointMetadata
 from memstate.data import load_split, manifest_sha256
 from memstate.errors import ConfigError, InputNotFound
+from memstate.evaluate.report import answer_flow_top, render_markdown, render_png, summarize
 from memstate.leak import leaks_answer
 from memstate.parsing import StageParser
 from memstate.prompts import (
@@ -53,6 +49,10 @@ from memstate.prompts import (
     responder_messages,
 )
 from memstate.responders import DTYPES, ResponderConfig, make_responder
+from memstate.reward.answer_flow import AnswerFlowCheck
+from memstate.reward.fit import facts_cut, fit_to_responder
+from memstate.reward.responder_score import Judgement, judge, score_mode
+from memstate.reward.score import parse_choice
 from memstate.rules import CUT_OFF, FormatError, parse_completion
 from memstate.schema import Instance, option_letters
 

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from memstate.errors import ConfigError
 from memstate.evaluate.memsyco.run import (
     JudgeArgs,
     MemSycoEvalConfig,
@@ -35,8 +36,6 @@ from memstate.evaluate.stats import paired_difference_ci
 from memstate.memory.backends import backend_names, get_backend
 from memstate.memory.extract import DEFAULT_EXTRACTOR
 from memstate.memory.relation_rule import RELATION_RULE_VERSION
-
-from memstate.errors import ConfigError
 
 logger = logging.getLogger("memstate.evaluate.sweep")
 

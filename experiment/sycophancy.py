@@ -30,6 +30,9 @@ from pathlib import Path
 
 import torch
 from datasets import Dataset
+from trl import GRPOConfig
+
+from memstate.data import load_split, manifest_sha256
 from memstate.data_build.build import DataConfig, build_data
 from memstate.data_build.synthetic import SyntheticConfig
 from memstate.evaluate.report import render_markdown, render_png, summarize
@@ -42,19 +45,16 @@ from memstate.experiment.world import (
     train_responder,
     world_letter,
 )
+from memstate.parsing import StageParser, activation_checkpointing
+from memstate.prompts import DEFAULT_MAX_PROMPT_TOKENS, PROMPT_VERSION
+from memstate.responders import ResponderConfig
+from memstate.responders.local import TransformersResponder
 from memstate.reward.answer_flow import DEFAULT_THRESHOLD, AnswerFlowCheck, quantile
 from memstate.reward.responder_score import judge, score_mode
 from memstate.reward.score import parse_choice
 from memstate.train.config import MemstateTrainArguments
 from memstate.train.run import StageTimer, train
 from memstate.train.warmup import format_warmup
-from trl import GRPOConfig
-
-from memstate.data import load_split, manifest_sha256
-from memstate.parsing import StageParser, activation_checkpointing
-from memstate.prompts import DEFAULT_MAX_PROMPT_TOKENS, PROMPT_VERSION
-from memstate.responders import ResponderConfig
-from memstate.responders.local import TransformersResponder
 
 logger = logging.getLogger("memstate.experiment")
 

@@ -36,7 +36,6 @@ import torch
 import torch.nn.functional as F
 from accelerate.state import AcceleratorState, GradientState
 from datasets import Dataset
-from memstate.reward.answer_flow import flow_messages
 from transformers import (
     AutoModelForCausalLM,
     AutoTokenizer,
@@ -48,6 +47,7 @@ from transformers import (
 )
 
 from memstate.prompts import policy_messages, responder_messages
+from memstate.reward.answer_flow import flow_messages
 from memstate.schema import Instance, option_letters
 from memstate.tiny_models import build_tokenizer, tiny_config
 

@@ -3,6 +3,7 @@ extractor, every proposal validated, sessions committed atomically), relation-aw
 dense baseline (NaiveRAG), agent-driven clustering (CLAG) and seed-fragment-path search (MemSearch-o1), returning facts
 and relational state in the Instance shapes of DESIGN.md."""
 
+from memstate.embedding import Embedder
 from memstate.memory.backends import Backend, Query, backend_names, get_backend, register
 from memstate.memory.clag import ClagConfig, ClagMemory, clag_memory
 from memstate.memory.embed import HashEmbedder, SentenceTransformerEmbedder, default_embedder
@@ -21,8 +22,6 @@ from memstate.memory.memsearch import MemSearchConfig, contribution, greedy_path
 from memstate.memory.records import IngestReport, Proposal, Session, StoredFact, Turn
 from memstate.memory.retrieve import Retrieved, retrieve
 from memstate.memory.store import MemoryStore, StoreError
-
-from memstate.embedding import Embedder
 
 __all__ = [
     "Backend",

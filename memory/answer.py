@@ -12,10 +12,9 @@ from dataclasses import dataclass
 
 from memstate.memory.retrieve import Retrieved, retrieve
 from memstate.memory.store import MemoryStore
-from memstate.serve.client import ReasoningStateClient, payload
-
 from memstate.prompts import responder_request_messages
 from memstate.responders import Responder
+from memstate.serve.client import ReasoningStateClient, payload
 
 
 @dataclass(frozen=True)

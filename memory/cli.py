@@ -16,10 +16,10 @@ import logging
 import re
 from pathlib import Path
 
-from memstate.memory.extract import DEFAULT_EXTRACTOR, EXTRACTORS
 from tqdm.auto import tqdm
 
 from memstate.errors import ConfigError, InputNotFound
+from memstate.memory.extract import DEFAULT_EXTRACTOR, EXTRACTORS
 from memstate.parsing import StageParser
 from memstate.responders import ResponderConfig, make_responder
 

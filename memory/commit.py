@@ -21,6 +21,7 @@ import time as _time
 from collections.abc import Iterable, Sequence
 
 import numpy as np
+
 from memstate.memory.concepts import ConceptTree
 from memstate.memory.extract import Extractor
 from memstate.memory.records import (

@@ -18,6 +18,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Protocol, runtime_checkable
 
+from memstate.errors import ConfigError
 from memstate.memory.llm_extractor import (
     EXTRACT_PROMPT_VERSION,
     PROPOSAL_SCHEMA,
@@ -27,8 +28,6 @@ from memstate.memory.llm_extractor import (
 )
 from memstate.memory.records import ConceptEdit, FactProposal, Proposal, RelationProposal, StoredFact, Turn
 from memstate.memory.rule_extractor import RuleExtractor
-
-from memstate.errors import ConfigError
 
 EXTRACTORS = ("turns", "rule", "llm")
 DEFAULT_EXTRACTOR = "turns"

@@ -31,9 +31,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from memstate.memory.records import TURN_ROLES, Session, Turn
-
 from memstate.errors import InputError
+from memstate.memory.records import TURN_ROLES, Session, Turn
 from memstate.sources.locomo import LocomoError, LocomoSample, read_locomo
 from memstate.sources.memsyco import MemSycoError, MemSycoRow, load_memsyco
 from memstate.sources.personamem import ContextError, SharedContextFile

@@ -20,6 +20,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import jsonschema_rs
+
 from memstate.memory.llm_client import ChatJSON, LLMError, parse_json_reply
 from memstate.memory.records import (
     CONCEPT_OPS,

@@ -56,6 +56,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 import numpy as np
+
 from memstate.memory.backends import Backend, Query, register
 from memstate.memory.embed import normalize
 from memstate.memory.llm_client import ChatJSON, LLMError

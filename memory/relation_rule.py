@@ -69,6 +69,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
+
 from memstate.memory.records import StoredFact
 from memstate.memory.rule_extractor import fact_kind, negated, revises, sentences, topic
 from memstate.memory.validate import compatible

@@ -18,10 +18,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+
 from memstate.memory.backends import Query, get_backend
 from memstate.memory.llm_client import ChatJSON
 from memstate.memory.store import MemoryStore
-
 from memstate.schema import Fact, Relation
 
 

@@ -27,6 +27,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import replace
 
+from memstate.embedding import Embedder
 from memstate.memory.records import (
     ConceptEdit,
     FactProposal,
@@ -35,8 +36,6 @@ from memstate.memory.records import (
     StoredFact,
     Turn,
 )
-
-from memstate.embedding import Embedder
 
 _SENTENCE = re.compile(r"[^.!?\n]+[.!?]*")
 _MAX_SENTENCE_CHARS = 400

@@ -20,6 +20,7 @@ from collections.abc import Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
+
 from memstate.memory.embed import normalize
 from memstate.memory.records import fact_id, fact_num
 

@@ -29,6 +29,9 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import numpy as np
+
+from memstate.embedding import Embedder
+from memstate.errors import MemstateError
 from memstate.memory.commit import CommitMixin
 from memstate.memory.embed import default_embedder, embedder_from_name
 from memstate.memory.records import (
@@ -41,9 +44,6 @@ from memstate.memory.records import (
     fact_num,
 )
 from memstate.memory.search import SearchMixin
-
-from memstate.embedding import Embedder
-from memstate.errors import MemstateError
 
 logger = logging.getLogger("memstate.memory")
 

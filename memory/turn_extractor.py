@@ -22,6 +22,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import replace
 
+from memstate.embedding import Embedder
 from memstate.memory.records import FactProposal, Proposal, RelationProposal, StoredFact, Turn
 from memstate.memory.relation_rule import (
     COSINE,
@@ -35,8 +36,6 @@ from memstate.memory.relation_rule import (
 )
 from memstate.memory.rule_extractor import fact_kind, scope_of
 from memstate.memory.validate import MAX_FACT_CHARS
-
-from memstate.embedding import Embedder
 
 _SENTENCE_END = re.compile(r"[.!?]+(?=\s|$)|[.!?]+(?=[A-Z])|\n")
 _MIN_PIECE = 100  # a piece's room when a very long speaker/time label leaves less

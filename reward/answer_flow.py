@@ -33,11 +33,10 @@ import threading
 from collections.abc import Sequence
 from pathlib import Path
 
-from memstate.reward.cache import connect, connect_read_only, request_digest
-from memstate.reward.score import continuation_probability, option_probability
-
 from memstate.prompts import PROMPT_VERSION, Message, responder_request_messages
 from memstate.responders import ContinuationLogprob, Responder
+from memstate.reward.cache import connect, connect_read_only, request_digest
+from memstate.reward.score import continuation_probability, option_probability
 from memstate.schema import Instance, option_letters
 
 # A rise of 0.2 in one candidate's probability from the state alone. In the sycophancy world no legitimate state came

@@ -35,11 +35,10 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import NamedTuple
 
-from memstate.reward.responder_score import Judgement, responder_request
-
 from memstate.errors import ConfigError
 from memstate.filesystem import Mount, network_mount, read_mount_table
 from memstate.prompts import PROMPT_VERSION
+from memstate.reward.responder_score import Judgement, responder_request
 from memstate.schema import Instance
 
 logger = logging.getLogger("memstate.reward")

@@ -23,15 +23,14 @@ from __future__ import annotations
 from collections.abc import Callable, Collection
 from dataclasses import dataclass, field, fields
 
+from memstate.leak import instance_leak_reason
+from memstate.responders import Responder
 from memstate.reward.answer_flow import DEFAULT_THRESHOLD, AnswerFlowCache, AnswerFlowCheck, quantile
 from memstate.reward.audit import AuditLog
 from memstate.reward.cache import BaselineCache, CacheKey, baseline_key
 from memstate.reward.failure import UnscorableGuard
 from memstate.reward.fit import facts_cut, fit_to_responder
 from memstate.reward.responder_score import Judgement, judge, score_mode
-
-from memstate.leak import instance_leak_reason
-from memstate.responders import Responder
 from memstate.rules import CUT_OFF, FormatError, parse_completion
 from memstate.schema import Instance
 

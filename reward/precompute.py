@@ -17,15 +17,15 @@ import json
 import logging
 from dataclasses import dataclass, field
 
-from memstate.reward.cache import BaselineCache
-from memstate.reward.counterfactual import CounterfactualGainReward, RewardConfig
-from memstate.reward.responder_score import score_mode
 from tqdm import tqdm
 
 from memstate.data import load_split, split_path
 from memstate.errors import ConfigError
 from memstate.parsing import StageParser
 from memstate.responders import Responder, ResponderConfig, make_responder
+from memstate.reward.cache import BaselineCache
+from memstate.reward.counterfactual import CounterfactualGainReward, RewardConfig
+from memstate.reward.responder_score import score_mode
 
 logger = logging.getLogger("memstate.reward")
 

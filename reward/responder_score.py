@@ -37,11 +37,10 @@ import pkgutil
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from memstate.reward.score import compute_score, continuation_probability, option_probability
-
 from memstate.errors import ConfigError
 from memstate.prompts import responder_messages
 from memstate.responders import ContinuationLogprob, Responder
+from memstate.reward.score import compute_score, continuation_probability, option_probability
 from memstate.schema import Instance, option_letters
 
 EXACT_MAX_NEW_TOKENS = 16  # a letter, or a short free answer

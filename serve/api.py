@@ -31,7 +31,6 @@ from fastapi import Depends, FastAPI, HTTPException, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
-from memstate.serve.shapes import ReasoningStateRequest, ReasoningStateResponse
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram, generate_latest
 from pydantic import BaseModel
 
@@ -42,6 +41,7 @@ from memstate.leak import leak_reason
 from memstate.prompts import DEFAULT_MAX_PROMPT_TOKENS, PROMPT_VERSION, fit_policy_prompt, policy_request_messages
 from memstate.rules import FormatError, parse_completion
 from memstate.schema import Fact, Relation
+from memstate.serve.shapes import ReasoningStateRequest, ReasoningStateResponse
 
 logger = logging.getLogger("memstate.serve")
 

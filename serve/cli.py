@@ -5,9 +5,8 @@ from __future__ import annotations
 
 import argparse
 
-from memstate.serve.policy import PolicyServerConfig
-
 from memstate.parsing import StageParser
+from memstate.serve.policy import PolicyServerConfig
 
 
 class _PolicyParser(StageParser):
@@ -57,6 +56,7 @@ def api(parsed: tuple) -> None:
     import logging
 
     import uvicorn
+
     from memstate.serve.api import create_app
 
     (config,) = parsed

@@ -12,11 +12,10 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 
-from memstate.serve.shapes import ReasoningStateRequest, ReasoningStateResponse
-
 from memstate.errors import MemstateError
 from memstate.http import AsyncHTTPClient, HTTPClient, HTTPRejected, HTTPSettings, HTTPUnavailable
 from memstate.schema import Fact, Instance, Relation
+from memstate.serve.shapes import ReasoningStateRequest, ReasoningStateResponse
 
 
 class ReasoningStateError(MemstateError, RuntimeError):

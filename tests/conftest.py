@@ -9,9 +9,9 @@ configure_threads(import_torch=False)
 from pathlib import Path  # noqa: E402
 
 import pytest  # noqa: E402
-from memstate.data_build.build import build_data, load_data_config  # noqa: E402
 
 from memstate.data import load_split  # noqa: E402
+from memstate.data_build.build import build_data, load_data_config  # noqa: E402
 from memstate.tiny_models import build_tiny_models  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]

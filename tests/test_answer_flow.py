@@ -12,15 +12,15 @@ from types import SimpleNamespace
 
 import pyarrow.parquet as pq
 import pytest
-from memstate.reward.answer_flow import AnswerFlowCache, AnswerFlowCheck, candidate_probabilities, flow_messages
-from memstate.reward.audit import AUDIT_COLUMNS, AuditLog, audit_file
-from memstate.reward.cache import BaselineCache
-from memstate.reward.counterfactual import CounterfactualGainReward, RewardConfig
 
 from memstate.leak import instance_leak_reason
 from memstate.prompts import STATE_HEADER
 from memstate.responders import ContinuationLogprob
 from memstate.responders.local import TransformersResponder
+from memstate.reward.answer_flow import AnswerFlowCache, AnswerFlowCheck, candidate_probabilities, flow_messages
+from memstate.reward.audit import AUDIT_COLUMNS, AuditLog, audit_file
+from memstate.reward.cache import BaselineCache
+from memstate.reward.counterfactual import CounterfactualGainReward, RewardConfig
 from memstate.rules import parse_state
 from memstate.schema import Fact, Instance, Relation
 
@@ -321,12 +321,12 @@ def test_the_real_responder_end_to_end(responder, fever_train):
 
 def test_a_short_training_run_writes_the_audit_and_fills_trls_completion_columns(tiny_models, fever_data, tmp_path):
     import pandas as pd
-    from memstate.train.config import MemstateTrainArguments
-    from memstate.train.run import train
     from trl import GRPOConfig
 
     from memstate.parsing import activation_checkpointing
     from memstate.responders import ResponderConfig
+    from memstate.train.config import MemstateTrainArguments
+    from memstate.train.run import train
 
     # 40 warm-up steps and sampling at T = 0.5: measured, 15 of the 16 states passed the format gate (30 steps: 5;
     # T = 1.0: 2), so the answer-flow path runs inside training; ~25 s in all.
@@ -378,10 +378,9 @@ def test_a_short_training_run_writes_the_audit_and_fills_trls_completion_columns
 
 
 def test_eval_lists_the_passing_states_with_the_largest_shift(tiny_models, fever_data, tmp_path, monkeypatch):
+    from memstate.data import load_split
     from memstate.evaluate.report import ANSWER_FLOW_TOP
     from memstate.evaluate.run import EvalConfig, evaluate_checkpoint, make_parser
-
-    from memstate.data import load_split
 
     insts = load_split(fever_data, "test")[:4]
     weigh = "- Weigh the evidence facts first.\n- Ignore the user's belief."
@@ -429,9 +428,8 @@ def test_eval_lists_the_passing_states_with_the_largest_shift(tiny_models, fever
 
 
 def test_the_train_config_fields_parse_and_a_misspelling_is_named(tmp_path):
-    from memstate.train.config import make_parser
-
     from memstate.errors import ConfigError
+    from memstate.train.config import make_parser
 
     args, *_ = make_parser().parse_args_and_config(
         ["--config", str(ROOT / "configs/train/qwen3_4b_8gpu.yaml"), "--use_cpu", "true", "--bf16", "false"]

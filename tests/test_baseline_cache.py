@@ -9,15 +9,15 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from memstate.data_build.build import build_data, load_data_config
-from memstate.reward.cache import BaselineCache, CacheKey, baseline_key, request_digest
-from memstate.reward.precompute import precompute_baselines
-from memstate.reward.responder_score import Judgement, judge, responder_request
 
 from memstate.data import SPLITS, load_split
+from memstate.data_build.build import build_data, load_data_config
 from memstate.prompts import responder_messages
 from memstate.responders import ContinuationLogprob
 from memstate.responders.local import TransformersResponder
+from memstate.reward.cache import BaselineCache, CacheKey, baseline_key, request_digest
+from memstate.reward.precompute import precompute_baselines
+from memstate.reward.responder_score import Judgement, judge, responder_request
 from memstate.schema import option_letters
 
 TINY = Path(__file__).resolve().parents[1] / "configs" / "data" / "tiny.yaml"

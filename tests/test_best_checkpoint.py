@@ -2,8 +2,9 @@
 
 import json
 
-from memstate.train.best import BestCheckpointCallback
 from transformers import TrainerControl, TrainerState, TrainingArguments
+
+from memstate.train.best import BestCheckpointCallback
 
 
 def test_each_save_is_scored_by_the_reward_since_the_previous_one_and_the_best_is_recorded(tmp_path):

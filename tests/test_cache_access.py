@@ -15,6 +15,9 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
+
+from memstate.errors import ConfigError
+from memstate.filesystem import Mount, network_mount
 from memstate.reward.answer_flow import AnswerFlowCache
 from memstate.reward.cache import (
     BaselineCache,
@@ -26,9 +29,6 @@ from memstate.reward.cache import (
 )
 from memstate.reward.counterfactual import CounterfactualGainReward, RewardConfig
 from memstate.reward.responder_score import Judgement
-
-from memstate.errors import ConfigError
-from memstate.filesystem import Mount, network_mount
 
 N_PRE = 20  # precomputed baselines
 N_FLOW = 3  # precomputed answer-flow probabilities

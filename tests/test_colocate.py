@@ -27,11 +27,12 @@ from pathlib import Path
 
 import pytest
 import torch
-from memstate.serve.policy import free_port, stop_group, wait_healthy
-from memstate.train.vllm_sync import fused_target
 from safetensors.torch import load_file
 from transformers import AutoModelForCausalLM
 from vllm_server import OFFLINE, ROOT, SERVED_NAME, START_TIMEOUT_S, THREADS, vllm_server
+
+from memstate.serve.policy import free_port, stop_group, wait_healthy
+from memstate.train.vllm_sync import fused_target
 
 pytestmark = pytest.mark.colocate
 

@@ -10,13 +10,13 @@ from pathlib import Path
 
 import pytest
 from datasets import load_from_disk
+
+from memstate.data import SPLITS, load_split
 from memstate.data_build.build import DataConfig, build_data, load_data_config
 from memstate.data_build.conflict import PERSPECTIVE_KINDS, TEMPLATES, user_memory_text
 from memstate.data_build.labels import LABELS, claim_question
 from memstate.data_build.registry import resolve_path
 from memstate.data_build.splits import assign_splits, split_sizes
-
-from memstate.data import SPLITS, load_split
 from memstate.schema import Instance
 from memstate.sources import fever as fever_source
 from memstate.sources.skips import DataError, SkipLog

@@ -12,12 +12,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+
 from memstate.data_build import personamem
+from memstate.embedding import SharedSentenceEmbedder, load_sentence_transformer
 from memstate.memory.relation_rule import Said, relate
 from memstate.memory.rule_extractor import revises
 from memstate.memory.validate import compatible
-
-from memstate.embedding import SharedSentenceEmbedder, load_sentence_transformer
 from memstate.schema import TASKS, Instance, option_letters, stable_id
 from memstate.sources import personamem as pm_source
 from memstate.sources.personamem import strip_speaker

@@ -9,10 +9,10 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+
 from memstate.data_build import scifact
 from memstate.data_build.labels import LABELS
 from memstate.data_build.records import SourceRead
-
 from memstate.sources.skips import (
     SKIP_CONFLICTING,
     SKIP_DUPLICATE,

@@ -8,12 +8,12 @@ import json
 from dataclasses import dataclass, field
 
 import pytest
+
+from memstate.cli import main
 from memstate.data_build.build import DataConfig, load_data_config
 from memstate.data_build.fever import FeverConfig
 from memstate.data_build.records import EvidenceClaim, SourceRead
 from memstate.data_build.registry import DataSource, get_source, register, source_names, unregister
-
-from memstate.cli import main
 from memstate.errors import ConfigError
 
 

@@ -6,6 +6,8 @@ import re
 from collections import Counter
 
 import pytest
+
+from memstate.data import SPLITS, load_split
 from memstate.data_build.build import DataConfig, build_data
 from memstate.data_build.probe import run_probes
 from memstate.data_build.synthetic import _SYLLABLES as SYLLABLES
@@ -22,8 +24,6 @@ from memstate.experiment.world import (
     responder_state,
     world_letter,
 )
-
-from memstate.data import SPLITS, load_split
 from memstate.leak import leaks_answer
 from memstate.rules import parse_state
 

@@ -6,10 +6,10 @@ from collections import defaultdict
 from pathlib import Path
 
 import pytest
-from memstate.data_build.build import build_data, load_data_config
 
 from memstate.cli import main
 from memstate.data import SPLITS, load_split
+from memstate.data_build.build import build_data, load_data_config
 from memstate.sources.skips import DataError
 
 ROOT = Path(__file__).resolve().parents[1]

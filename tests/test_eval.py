@@ -7,15 +7,15 @@ import math
 import random
 
 import pytest
+from PIL import Image
+
+from memstate.cli import main
 from memstate.evaluate.compare import compare_runs
 from memstate.evaluate.report import condition_metrics, differences, render_markdown, render_png, summarize
 from memstate.evaluate.run import answer_record, instance_record
 from memstate.evaluate.stats import paired_difference_ci
 from memstate.reward.responder_score import Judgement
 from memstate.reward.score import choice_score
-from PIL import Image
-
-from memstate.cli import main
 from memstate.schema import Fact, Instance
 
 CONDITIONS = ["no_state", "self_guide", "checkpoint"]
@@ -260,13 +260,13 @@ def test_eval_cuts_policy_prompts_to_the_checkpoints_budget_exactly_as_training_
 ):
     import shutil
 
-    from memstate.evaluate.run import EvalConfig, evaluate_checkpoint
-    from memstate.train.data import grpo_dataset
     from transformers import AutoTokenizer, GenerationMixin
 
     from memstate.checkpoint import CheckpointMetadata
     from memstate.data import load_split
+    from memstate.evaluate.run import EvalConfig, evaluate_checkpoint
     from memstate.prompts import prompt_tokens
+    from memstate.train.data import grpo_dataset
 
     tokenizer = AutoTokenizer.from_pretrained(tiny_models["policy"])
     instance = max(load_split(fever_data, "test"), key=lambda i: prompt_tokens(tokenizer, i))
@@ -305,10 +305,10 @@ def test_eval_takes_a_state_cut_off_at_max_new_tokens_for_no_state(tiny_models, 
     import shutil
 
     import torch
-    from memstate.evaluate.run import EvalConfig, generate_states, state_record
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from memstate.data import load_split
+    from memstate.evaluate.run import EvalConfig, generate_states, state_record
     from memstate.prompts import fit_prompt
     from memstate.rules import CUT_OFF
 

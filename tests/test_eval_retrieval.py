@@ -8,6 +8,9 @@ import shutil
 from pathlib import Path
 
 import pytest
+
+from memstate.cli import main
+from memstate.errors import ConfigError
 from memstate.evaluate.retrieval import (
     BM25,
     TokenCounter,
@@ -20,9 +23,6 @@ from memstate.evaluate.retrieval import (
 )
 from memstate.memory import Backend, MemoryStore, register
 from memstate.memory.backends import unregister
-
-from memstate.cli import main
-from memstate.errors import ConfigError
 from memstate.sources.locomo import read_locomo
 
 FIXTURE = Path(__file__).resolve().parent / "fixtures" / "locomo" / "locomo_sample.json"

@@ -6,6 +6,10 @@ from types import SimpleNamespace
 
 import pytest
 import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer, TrainingArguments
+
+from memstate.cli import main
+from memstate.data import load_split
 from memstate.data_build.build import DataConfig, build_data
 from memstate.data_build.synthetic import SyntheticConfig
 from memstate.experiment.sycophancy import RememberingResponder, late_training_gain
@@ -21,12 +25,8 @@ from memstate.experiment.world import (
     skill_examples,
     train_responder,
 )
-from memstate.reward.responder_score import judge
-from transformers import AutoModelForCausalLM, AutoTokenizer, TrainingArguments
-
-from memstate.cli import main
-from memstate.data import load_split
 from memstate.responders.local import TransformersResponder
+from memstate.reward.responder_score import judge
 
 CONDITIONS = ("no_state", "self_guide", "checkpoint", "control_lr0", "control_shuffled")
 TINY = ["--users", "120", "--responder_steps", "4", "--warmup_steps", "4", "--grpo_steps", "2", "--lr0_steps", "1",

@@ -5,11 +5,11 @@ import json
 from pathlib import Path
 
 import pytest
+
+from memstate.data import load_split
 from memstate.train.config import parse_train_args
 from memstate.train.run import train
 from memstate.train.warmup import format_warmup
-
-from memstate.data import load_split
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY_CPU = ROOT / "configs" / "train" / "tiny_cpu.yaml"

@@ -15,17 +15,17 @@ from pathlib import Path
 
 import pytest
 from chat_server import ChatServer, TinyChatModel, live_app
-from memstate.memory import MemoryStore, retrieve
-from memstate.memory.answer import ask
-from memstate.serve.api import ApiConfig, create_app
-from memstate.serve.client import ReasoningStateClient
-from memstate.serve.policy import free_port
 from shipped_data import MEMSYCO
 
 from memstate.cli import main
 from memstate.errors import ServerUnavailable
+from memstate.memory import MemoryStore, retrieve
+from memstate.memory.answer import ask
 from memstate.prompts import STATE_HEADER
 from memstate.responders.local import TransformersResponder
+from memstate.serve.api import ApiConfig, create_app
+from memstate.serve.client import ReasoningStateClient
+from memstate.serve.policy import free_port
 
 ROOT = Path(__file__).resolve().parents[1]
 VMS = MEMSYCO / "valid_memory_selection.jsonl"

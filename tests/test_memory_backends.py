@@ -7,10 +7,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import pytest
-from memstate.memory import HashEmbedder, MemoryStore, RuleExtractor, Turn, retrieve
-from memstate.memory.backends import Backend, Query, backend_names, get_backend, register, unregister
 
 from memstate.errors import ConfigError
+from memstate.memory import HashEmbedder, MemoryStore, RuleExtractor, Turn, retrieve
+from memstate.memory.backends import Backend, Query, backend_names, get_backend, register, unregister
 
 
 @dataclass(frozen=True)

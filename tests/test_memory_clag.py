@@ -13,6 +13,7 @@ from dataclasses import replace
 import numpy as np
 import pytest
 from chat_server import ChatServer
+
 from memstate.memory import ChatJSON, ClagConfig, ClagMemory, MemoryStore, Turn, clag_memory, retrieve
 from memstate.memory.embed import normalize
 from memstate.memory.records import FactProposal, Proposal

@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 import pytest
+
 from memstate.memory import HashEmbedder, MemoryStore, RuleExtractor, Turn, retrieve
 
 ROOT = Path(__file__).resolve().parents[1]

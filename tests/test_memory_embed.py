@@ -5,6 +5,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+
 from memstate.memory import onnx_encoder
 from memstate.memory.embed import SentenceTransformerEmbedder
 
@@ -75,8 +76,8 @@ def test_unknown_runtime_is_refused():
 def test_one_minilm_per_process(onnx_embedder, monkeypatch):
     """memory's embedders and data_build load the packaged MiniLM through memstate.embedding: one copy per device."""
     import sentence_transformers
-    from memstate.data_build import personamem
 
+    from memstate.data_build import personamem
     from memstate.embedding import DEFAULT_MODEL, default_model_path, load_sentence_transformer, resolve_model
     from memstate.sources.skips import SkipLog
 

@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+
 from memstate.memory import MemoryStore, Turn, retrieve
 from memstate.memory.clag import ClagConfig, clag_memory
 from memstate.memory.embed import normalize
 from memstate.memory.records import FactProposal, Proposal
 from memstate.memory.search import match_query
-
 from tests.test_memory_clag import AxisEmbedder, Verbatim
 
 TEA = [f"Tea note {i}: green tea with honey." for i in range(12)]

@@ -10,7 +10,10 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from shipped_data import MEMSYCO
+
 from memstate.data_build import personamem as pm_build
+from memstate.errors import InputError
 from memstate.evaluate.memsyco.data import to_instance
 from memstate.memory import (
     HashEmbedder,
@@ -26,9 +29,6 @@ from memstate.memory import (
     read_sessions,
     retrieve,
 )
-from shipped_data import MEMSYCO
-
-from memstate.errors import InputError
 from memstate.prompts import policy_messages, responder_messages
 from memstate.schema import Instance
 from memstate.sources.memsyco import load_memsyco

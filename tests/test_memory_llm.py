@@ -7,6 +7,7 @@ import json
 
 import pytest
 from chat_server import ChatServer
+
 from memstate.memory import HashEmbedder, LLMExtractor, MemoryStore, Turn, retrieve
 from memstate.memory.extract import PROPOSAL_SCHEMA, ExtractorError
 

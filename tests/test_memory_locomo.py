@@ -10,12 +10,12 @@ import shutil
 from pathlib import Path
 
 import pytest
-from memstate.memory import HashEmbedder, MemoryStore, Turn, locomo_sessions
-from memstate.memory.turn_extractor import TurnExtractor
 from shipped_data import LOCOMO, MEMSYCO
 
 from memstate.cli import main
 from memstate.errors import ServerUnavailable
+from memstate.memory import HashEmbedder, MemoryStore, Turn, locomo_sessions
+from memstate.memory.turn_extractor import TurnExtractor
 from memstate.sources.locomo import LocomoError, read_locomo
 
 FIXTURE = Path(__file__).resolve().parent / "fixtures" / "locomo" / "locomo_sample.json"

@@ -13,6 +13,7 @@ import re
 import numpy as np
 import pytest
 from chat_server import ChatServer
+
 from memstate.memory import (
     ChatJSON,
     MemoryStore,

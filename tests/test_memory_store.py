@@ -7,6 +7,7 @@ import sqlite3
 from dataclasses import dataclass
 
 import pytest
+
 from memstate.memory import HashEmbedder, MemoryStore, RuleExtractor, StoreError, Turn, retrieve
 from memstate.memory.records import ConceptEdit, FactProposal, Proposal, RelationProposal
 from memstate.memory.rule_extractor import fact_kind
@@ -312,6 +313,7 @@ def test_rule_extractor_kinds_and_skips():
 def test_split_scan_finds_the_same_nearest_facts(tmp_path, monkeypatch):
     """Above ``_SPLIT_SCAN_ROWS`` facts the scan runs in two halves at once; it must rank exactly as one pass."""
     import numpy as np
+
     from memstate.memory import search as search_module
 
     texts = [f"I like blue {w} number {i}." for i, w in enumerate(["tea", "cake", "kites", "maps"] * 30)]

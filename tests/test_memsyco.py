@@ -12,6 +12,8 @@ from pathlib import Path
 import jsonschema_rs
 import pytest
 from chat_server import ChatServer, TinyChatModel
+from shipped_data import MEMSYCO
+
 from memstate.evaluate.memsyco import (
     JUDGES,
     JudgeConfig,
@@ -28,8 +30,6 @@ from memstate.evaluate.memsyco import (
     relation_agreement,
     to_instance,
 )
-from shipped_data import MEMSYCO
-
 from memstate.schema import Instance, Relation
 from memstate.sources.memsyco import MemSycoError, MemSycoRow, load_memsyco, load_memsyco_dir
 

@@ -74,8 +74,9 @@ def test_train_writes_checkpoints_with_metadata(trained):
 
 
 def test_the_best_checkpoint_by_validation_gain_is_exported_next_to_final(trained):
-    from memstate.train.best import window_mean
     from safetensors.torch import load_file
+
+    from memstate.train.best import window_mean
 
     tmp, _ = trained
     run = tmp / "run"
@@ -111,12 +112,12 @@ def test_validation_chooses_an_earlier_checkpoint_than_the_one_training_reward_w
     import shutil
 
     import torch
-    from memstate.train.best import BestCheckpointCallback
-    from memstate.train.run import export_best
     from safetensors.torch import load_file, save_file
     from transformers import AutoTokenizer, TrainerControl, TrainerState, TrainingArguments
 
     from memstate.checkpoint import CheckpointMetadata
+    from memstate.train.best import BestCheckpointCallback
+    from memstate.train.run import export_best
 
     tmp, _ = trained
     run = tmp_path / "run"

@@ -13,15 +13,15 @@ from __future__ import annotations
 import json
 
 import pytest
-from memstate.memory import answer as memory_answer
-from memstate.memory.retrieve import Retrieved
-from memstate.reward.responder_score import judge
-from memstate.serve.client import PATH, _state
-from memstate.train.data import grpo_dataset
 from test_serve_api import GOOD, INSTANCE, ScriptedPolicy, client
 from transformers import AutoTokenizer
 
+from memstate.memory import answer as memory_answer
+from memstate.memory.retrieve import Retrieved
 from memstate.prompts import responder_messages
+from memstate.reward.responder_score import judge
+from memstate.serve.client import PATH, _state
+from memstate.train.data import grpo_dataset
 
 
 def wire(messages) -> str:

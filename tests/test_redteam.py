@@ -8,13 +8,13 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from memstate.experiment.world import SHAPES
-from memstate.train.warmup import GENERIC_RULES, template_state
 
 from memstate import prompts
+from memstate.experiment.world import SHAPES
 from memstate.leak import fold, instance_leak_reason, leak_reason, leaks_answer
 from memstate.leak.redteam import gold_variants, load_redteam
 from memstate.leak.semantic import LEGITIMATE, semantic_reason
+from memstate.train.warmup import GENERIC_RULES, template_state
 
 REDTEAM = Path(__file__).parent / "fixtures" / "redteam"
 CASES = load_redteam(REDTEAM)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+
 from memstate.data_build import personamem
 from memstate.memory import HashEmbedder, MemoryStore, Turn
 from memstate.memory.extract import DEFAULT_EXTRACTOR, make_extractor

@@ -10,6 +10,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+
 from memstate.evaluate import relations
 from memstate.evaluate.relations import label_turns, relation_scores
 from memstate.memory import HashEmbedder, MemoryStore, RuleExtractor, Turn, memsyco_sessions

@@ -5,10 +5,10 @@ import math
 
 import pytest
 from fake_openai_server import FaultyOpenAIServer
-from memstate.reward.counterfactual import CounterfactualGainReward, RewardConfig
 
 from memstate.prompts import responder_messages
 from memstate.responders.remote import OpenAIResponder, ResponderUnavailable
+from memstate.reward.counterfactual import CounterfactualGainReward, RewardConfig
 
 STATE = "- Weigh the evidence against the user's view.\n- Answer from the evidence facts only."
 

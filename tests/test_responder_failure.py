@@ -13,15 +13,15 @@ from pathlib import Path
 import pandas as pd
 import pytest
 from fake_openai_server import FaultyOpenAIServer
-from memstate.reward.counterfactual import CounterfactualGainReward, RewardConfig
-from memstate.reward.failure import UnscorableGuard
-from memstate.reward.responder_score import score_mode
 
 from memstate.errors import ConfigError, ResponderFailure
 from memstate.http import HTTPClient, HTTPSettings, HTTPUnavailable
 from memstate.prompts import responder_messages
 from memstate.responders import ResponderConfig, make_responder
 from memstate.responders.remote import OpenAIResponder, ResponderIncompatible
+from memstate.reward.counterfactual import CounterfactualGainReward, RewardConfig
+from memstate.reward.failure import UnscorableGuard
+from memstate.reward.responder_score import score_mode
 
 ROOT = Path(__file__).resolve().parents[1]
 STATE = "- Weigh the evidence against the user's view.\n- Answer from the evidence facts only."

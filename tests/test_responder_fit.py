@@ -5,14 +5,14 @@ import json
 
 import pytest
 from fake_openai_server import FaultyOpenAIServer
-from memstate.evaluate.run import condition_records
-from memstate.reward.cache import BaselineCache, baseline_key
-from memstate.reward.counterfactual import CounterfactualGainReward, RewardConfig
-from memstate.reward.fit import RESERVE, cut_instance, fit_to_responder
 
+from memstate.evaluate.run import condition_records
 from memstate.prompts import responder_messages
 from memstate.responders.local import TransformersResponder
 from memstate.responders.remote import OpenAIResponder
+from memstate.reward.cache import BaselineCache, baseline_key
+from memstate.reward.counterfactual import CounterfactualGainReward, RewardConfig
+from memstate.reward.fit import RESERVE, cut_instance, fit_to_responder
 from memstate.rules import parse_state
 from memstate.schema import Fact, Instance, Relation
 

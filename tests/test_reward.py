@@ -1,10 +1,10 @@
 import pytest
-from memstate.reward.cache import BaselineCache, baseline_key
-from memstate.reward.counterfactual import CounterfactualGainReward, RewardConfig
-from memstate.reward.responder_score import judge
 
 from memstate.leak import leaks_answer
 from memstate.responders.local import TransformersResponder
+from memstate.reward.cache import BaselineCache, baseline_key
+from memstate.reward.counterfactual import CounterfactualGainReward, RewardConfig
+from memstate.reward.responder_score import judge
 from memstate.rules import parse_state
 
 GOOD = "- Weigh the evidence in {ev} against the user's claim in {user}.\n- Answer from the evidence facts only."

@@ -1,6 +1,7 @@
 import math
 
 import pytest
+
 from memstate.reward.score import (
     choice_score,
     continuation_probability,

@@ -9,6 +9,13 @@ import json
 
 import pytest
 from fake_openai_server import FaultyOpenAIServer
+
+from memstate.cli import main
+from memstate.errors import ConfigError
+from memstate.prompts import responder_messages
+from memstate.responders import ResponderConfig, make_responder
+from memstate.responders.local import TransformersResponder
+from memstate.responders.remote import ResponderIncompatible
 from memstate.reward.cache import BaselineCache, baseline_key
 from memstate.reward.counterfactual import CounterfactualGainReward, RewardConfig
 from memstate.reward.responder_score import (
@@ -23,13 +30,6 @@ from memstate.reward.responder_score import (
     score_mode_names,
     unregister_score_mode,
 )
-
-from memstate.cli import main
-from memstate.errors import ConfigError
-from memstate.prompts import responder_messages
-from memstate.responders import ResponderConfig, make_responder
-from memstate.responders.local import TransformersResponder
-from memstate.responders.remote import ResponderIncompatible
 from memstate.rules import parse_state
 from memstate.schema import Fact, Instance, option_letters
 

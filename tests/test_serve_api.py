@@ -12,11 +12,11 @@ from dataclasses import asdict, replace
 import httpx
 import pytest
 from fastapi.testclient import TestClient
-from memstate.serve.api import ApiConfig, create_app
-from memstate.serve.policy import free_port
 
 from memstate.prompts import PROMPT_VERSION, policy_messages
 from memstate.schema import FACT_KINDS, Fact, Instance, Relation
+from memstate.serve.api import ApiConfig, create_app
+from memstate.serve.policy import free_port
 
 GOOD = "- Prefer F2 over F1: F2 supersedes it.\n- Answer from the current memory only."
 BAD = "Sure! You live in Oslo."
@@ -346,9 +346,9 @@ def test_policy_retries_when_configured():
 
 def test_the_client_retries_the_api_then_says_it_is_unavailable():
     from chat_server import live_app
-    from memstate.serve.client import ReasoningStateClient
 
     from memstate.errors import ServerUnavailable
+    from memstate.serve.client import ReasoningStateClient
 
     app = create_app(ApiConfig(api_key_env="", policy_url=f"http://127.0.0.1:{free_port()}", timeout_s=5))
     with live_app(app) as url, ReasoningStateClient(url, max_retries=2, backoff=0.001) as api:

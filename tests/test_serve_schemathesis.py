@@ -17,8 +17,9 @@ import os
 import httpx
 import schemathesis
 from hypothesis import HealthCheck, settings
-from memstate.serve.api import ApiConfig, create_app
 from schemathesis.specs.openapi.checks import positive_data_acceptance
+
+from memstate.serve.api import ApiConfig, create_app
 
 KEY_ENV = "MEMSTATE_SCHEMATHESIS_API_KEY"
 KEY = "schemathesis-key"

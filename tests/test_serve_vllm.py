@@ -16,13 +16,13 @@ import time
 from pathlib import Path
 
 import pytest
-from memstate.serve.client import ReasoningStateClient, ReasoningStateError
-from memstate.serve.policy import free_port, is_healthy, live_processes, log_tail
 from vllm_server import OFFLINE, ROOT, START_TIMEOUT_S, http_json, require_vllm_venv
 
 from memstate.data import load_split
 from memstate.prompts import PROMPT_VERSION, policy_messages
 from memstate.rules import State, parse_state
+from memstate.serve.client import ReasoningStateClient, ReasoningStateError
+from memstate.serve.policy import free_port, is_healthy, live_processes, log_tail
 
 pytestmark = pytest.mark.vllm
 

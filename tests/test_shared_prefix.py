@@ -10,12 +10,13 @@ from pathlib import Path
 import pytest
 import torch
 from datasets import Dataset
-from memstate.train import packing, shared_prefix
-from memstate.train.packing import pack_groups
-from memstate.train.shared_prefix import SharedPrefixGRPOTrainer, unsupported_model_reason
 from peft import LoraConfig
 from transformers import AutoConfig, AutoTokenizer
 from trl import GRPOConfig
+
+from memstate.train import packing, shared_prefix
+from memstate.train.packing import pack_groups
+from memstate.train.shared_prefix import SharedPrefixGRPOTrainer, unsupported_model_reason
 
 PROMPT_LENGTHS = (4, 13, 9)  # three groups of different prompt lengths, so the shorter prompts are left-padded
 GROUP_OF_ROW = (0, 1, 0, 2, 1, 0, 2, 1, 0)  # rows of a group interleaved, as after TRL's shuffle; sizes 4, 3, 2

@@ -6,10 +6,10 @@ import sys
 from pathlib import Path
 
 import pytest
+
 from memstate.data_build.build import build_data, load_data_config
 from memstate.data_build.probe import MARGIN, ShortcutError, run_probes
 from memstate.memory.relation_rule import RELATION_RULE_VERSION
-
 from memstate.schema import Fact, Instance
 
 ROOT = Path(__file__).resolve().parents[1]

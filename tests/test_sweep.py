@@ -9,11 +9,12 @@ import json
 from pathlib import Path
 
 from chat_server import ChatServer
+from PIL import Image
+from shipped_data import MEMSYCO
+
 from memstate.evaluate.stats import paired_difference_ci
 from memstate.evaluate.sweep import policy_gain
 from memstate.memory.backends import backend_names
-from PIL import Image
-from shipped_data import MEMSYCO
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = MEMSYCO
@@ -90,10 +91,10 @@ def test_policy_gain_leaves_out_rows_unjudged_in_either_condition():
 def test_a_toy_backend_registered_in_one_module_runs_memsyco_and_the_sweep(tiny_models, tmp_path):
     """Adding a backend touches its module only: the toy ``recency`` backend (tests/test_memory_backends.py) is
     registered, then named on the command line of ``eval memsyco`` and ``eval sweep`` like a built-in."""
-    from memstate.memory.backends import register, unregister
     from test_memory_backends import RECENCY
 
     from memstate.cli import main
+    from memstate.memory.backends import register, unregister
 
     common = ["--responder", str(tiny_models["responder"]), "--max-rows", "1", "--memory-k", "2",
               "--memory-embedder", "hash-384", "--answer-max-tokens", "4"]  # fmt: skip

@@ -142,8 +142,9 @@ def trl_config_for(world_size: int, *overrides: str):
     ``__post_init__`` reads the world size from the live process group)."""
     from unittest import mock
 
-    from memstate.train.config import parse_train_args
     from trl import GRPOConfig
+
+    from memstate.train.config import parse_train_args
 
     with mock.patch.object(GRPOConfig, "world_size", new_callable=mock.PropertyMock, return_value=world_size):
         return parse_train_args(["--config", str(QWEN), "--use_cpu", "true", "--bf16", "false", *overrides])[2]

@@ -17,10 +17,10 @@ import json
 
 import pytest
 import torch
-from memstate.data_build.build import build_data, load_data_config
 from vllm_server import ROOT, SERVED_NAME, build_responder, http_json, vllm_server
 
 from memstate.data import load_split
+from memstate.data_build.build import build_data, load_data_config
 from memstate.prompts import responder_messages
 from memstate.responders.local import TransformersResponder
 from memstate.schema import option_letters
@@ -188,9 +188,8 @@ def test_http_endpoints_match_the_in_process_model(instances, local, server):
 
 def test_openai_responder_matches_the_transformers_responder(instances, local, server):
     """The reward's HTTP backend on the served weights judges exactly like the in-process backend."""
-    from memstate.reward.responder_score import judge
-
     from memstate.responders.remote import OpenAIResponder
+    from memstate.reward.responder_score import judge
 
     remote = OpenAIResponder(server, SERVED_NAME, timeout=120.0, max_retries=1, concurrency=8)
     try:

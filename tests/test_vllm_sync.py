@@ -14,11 +14,11 @@ from types import SimpleNamespace
 
 import pytest
 import torch
-from memstate.train.vllm_sync import VLLMWeightCheck, VLLMWeightMismatch, compare_weights
 from torch import nn
 from transformers import AutoModelForCausalLM
 
 from memstate.errors import ConfigError
+from memstate.train.vllm_sync import VLLMWeightCheck, VLLMWeightMismatch, compare_weights
 
 FUSED = {"qkv_proj": ("q_proj", "k_proj", "v_proj"), "gate_up_proj": ("gate_proj", "up_proj")}
 

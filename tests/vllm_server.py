@@ -17,7 +17,6 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from memstate.serve.policy import CPU_VLLM_PYTHON, PolicyServerConfig, free_port, start, stop_group, wait_healthy
-
 from memstate.tiny_models import build_tiny_models
 
 ROOT = Path(__file__).resolve().parents[1]

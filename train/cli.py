@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import os
 
+from memstate.responders import ResponderConfig
 from memstate.train.config import (
     GRPOConfig,
     MemstateTrainArguments,
@@ -16,8 +17,6 @@ from memstate.train.config import (
     make_parser,
 )
 from memstate.train.launch import fit_to_world
-
-from memstate.responders import ResponderConfig
 
 __all__ = ["make_parser", "run"]  # the command's parser and runner (memstate/cli.py: COMMANDS)
 

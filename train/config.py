@@ -7,8 +7,6 @@ from dataclasses import dataclass, field
 from types import SimpleNamespace
 from typing import Literal
 
-from memstate.reward.answer_flow import DEFAULT_THRESHOLD
-from memstate.reward.responder_score import score_mode
 from trl import GRPOConfig
 
 from memstate.data import load_split
@@ -16,6 +14,8 @@ from memstate.errors import ConfigError
 from memstate.parsing import StageParser
 from memstate.prompts import DEFAULT_MAX_PROMPT_TOKENS
 from memstate.responders import ResponderConfig
+from memstate.reward.answer_flow import DEFAULT_THRESHOLD
+from memstate.reward.responder_score import score_mode
 
 
 @dataclass

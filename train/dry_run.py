@@ -6,13 +6,13 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-from memstate.train.config import MemstateTrainArguments, load_train_instances
-from memstate.train.validation import validation_instances
 from transformers import AutoConfig, AutoTokenizer
 from trl import GRPOConfig
 
 from memstate.errors import ConfigError
 from memstate.prompts import prompt_tokens
+from memstate.train.config import MemstateTrainArguments, load_train_instances
+from memstate.train.validation import validation_instances
 
 
 def batch_arithmetic(config: GRPOConfig, n_instances: int, world_size: int) -> dict[str, int]:

@@ -18,6 +18,16 @@ from pathlib import Path
 
 import torch
 from accelerate.utils import gather_object
+from peft import LoraConfig, PeftModel
+from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
+from trl import GRPOConfig, GRPOTrainer
+
+from memstate.checkpoint import CheckpointMetadata
+from memstate.data import manifest_sha256
+from memstate.errors import ConfigError, ResponderFailure
+from memstate.prompts import PROMPT_VERSION
+from memstate.responders import ResponderConfig, make_responder
+from memstate.responders.local import outside_zero3
 from memstate.reward.audit import AuditLog
 from memstate.reward.cache import open_training_cache
 from memstate.reward.counterfactual import CounterfactualGainReward, RewardConfig
@@ -39,16 +49,6 @@ from memstate.train.shared_prefix import SharedPrefixGRPOTrainer
 from memstate.train.stop import StopFileCallback, TrainingStopped, write_stopped
 from memstate.train.validation import ValidateAtEnd, attach_validation, validation_instances
 from memstate.train.warmup import format_warmup
-from peft import LoraConfig, PeftModel
-from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
-from trl import GRPOConfig, GRPOTrainer
-
-from memstate.checkpoint import CheckpointMetadata
-from memstate.data import manifest_sha256
-from memstate.errors import ConfigError, ResponderFailure
-from memstate.prompts import PROMPT_VERSION
-from memstate.responders import ResponderConfig, make_responder
-from memstate.responders.local import outside_zero3
 
 logger = logging.getLogger("memstate.train")
 

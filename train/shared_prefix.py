@@ -27,11 +27,11 @@ import logging
 from typing import Literal
 
 import torch
-from memstate.train.packing import FLEX_BLOCK, Unsupported, install_packed_attention, pack_groups, prompt_groups
 from trl import GRPOTrainer
 from trl.trainer.utils import split_tensor_dict
 
 from memstate.errors import MemstateError
+from memstate.train.packing import FLEX_BLOCK, Unsupported, install_packed_attention, pack_groups, prompt_groups
 
 logger = logging.getLogger("memstate.train")
 

@@ -17,12 +17,12 @@ import random
 from pathlib import Path
 
 from accelerate.utils import gather_object
-from memstate.evaluate.stats import mean_ci
-from memstate.reward.audit import AuditLog
 from transformers import Trainer, TrainerCallback
 
 from memstate.data import load_split
 from memstate.errors import ConfigError
+from memstate.evaluate.stats import mean_ci
+from memstate.reward.audit import AuditLog
 from memstate.schema import Instance
 
 logger = logging.getLogger("memstate.train")

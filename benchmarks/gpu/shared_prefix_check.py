@@ -31,8 +31,9 @@ import time
 from pathlib import Path
 
 import torch
-from memstate.train.packing import FLEX_BLOCK, attention_as, install_packed_attention, pack_groups, packed_mask_bytes
 from transformers import Qwen3Config, Qwen3ForCausalLM
+
+from memstate.train.packing import FLEX_BLOCK, attention_as, install_packed_attention, pack_groups, packed_mask_bytes
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from results_io import report  # noqa: E402

@@ -9,6 +9,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from memstate.chat import chat, chat_request
+from memstate.errors import ServerUnavailable
 from memstate.evaluate.memsyco.prompts import (
     CONTEXTUAL_SCOPE_JUDGE_PROMPT,
     EVIDENCE_CONFLICT_JUDGE_PROMPT,
@@ -16,9 +18,6 @@ from memstate.evaluate.memsyco.prompts import (
     PERSONALIZED_JUDGE_PROMPT,
     VALID_MEMORY_JUDGE_PROMPT,
 )
-
-from memstate.chat import chat, chat_request
-from memstate.errors import ServerUnavailable
 from memstate.http import HTTPClient, HTTPRejected, HTTPSettings, HTTPUnavailable
 from memstate.prompts import Message
 from memstate.rules import strip_think

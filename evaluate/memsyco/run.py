@@ -15,6 +15,10 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+from tqdm import tqdm
+
+from memstate.checkpoint import CheckpointMetadata
+from memstate.errors import ConfigError
 from memstate.evaluate.memsyco.data import (
     GOLD_RELATIONS_LABEL,
     PIPELINE_RELATIONS_LABEL,
@@ -22,10 +26,6 @@ from memstate.evaluate.memsyco.data import (
     to_instance,
 )
 from memstate.evaluate.memsyco.judge import JUDGES, JUDGING_SOURCE, JudgeConfig, JudgeResult, check_judge, judge_answer
-from tqdm import tqdm
-
-from memstate.checkpoint import CheckpointMetadata
-from memstate.errors import ConfigError
 from memstate.parsing import StageParser
 from memstate.prompts import DEFAULT_MAX_PROMPT_TOKENS, PROMPT_VERSION, Message, responder_messages
 from memstate.responders import ResponderConfig, make_responder
