@@ -21,7 +21,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from memstate.errors import ConfigError, InputNotFound
+from memstate.errors import InputNotFound
+from memstate.registry import Registry
 
 if TYPE_CHECKING:
     from memstate.data_build.build import DataConfig
@@ -45,31 +46,16 @@ class DataSource:
     order: int = 100
 
 
-_REGISTRY: dict[str, DataSource] = {}
-_loaded = False
-
-
-def register(source: DataSource) -> DataSource:
-    """Add ``source``; a name can be registered once (a module imported twice re-registers the same source)."""
-    known = _REGISTRY.get(source.name)
-    if known is not None and known.read.__qualname__ != source.read.__qualname__:
-        raise ValueError(f"data source {source.name!r} is already registered ({known.read.__module__})")
-    _REGISTRY[source.name] = source
-    return source
-
-
-def unregister(name: str) -> None:
-    """Remove a source (tests that register a toy one clean up with this)."""
-    _REGISTRY.pop(name, None)
-
-
 def _load_builders() -> None:
-    global _loaded
-    if not _loaded:
-        package = importlib.import_module("memstate.data_build")
-        for module in sorted(m.name for m in pkgutil.iter_modules(package.__path__)):
-            importlib.import_module(f"{package.__name__}.{module}")
-        _loaded = True
+    package = importlib.import_module("memstate.data_build")
+    for module in sorted(m.name for m in pkgutil.iter_modules(package.__path__)):
+        importlib.import_module(f"{package.__name__}.{module}")
+
+
+SOURCES: Registry[DataSource] = Registry(
+    "data source", lambda s: s.read, order=lambda s: (s.order, s.name), load=_load_builders
+)
+register, unregister = SOURCES.register, SOURCES.unregister
 
 
 def source_names() -> tuple[str, ...]:
@@ -78,8 +64,7 @@ def source_names() -> tuple[str, ...]:
     >>> source_names()[:4]
     ('fever', 'scifact', 'personamem', 'synthetic')
     """
-    _load_builders()
-    return tuple(sorted(_REGISTRY, key=lambda n: (_REGISTRY[n].order, n)))
+    return SOURCES.names()
 
 
 def get_source(name: str) -> DataSource:
@@ -92,10 +77,7 @@ def get_source(name: str) -> DataSource:
     ...
     memstate.errors.ConfigError: unknown data source 'wikipedia'; known: fever, scifact, personamem, synthetic
     """
-    names = source_names()
-    if name not in _REGISTRY:
-        raise ConfigError(f"unknown data source {name!r}; known: {', '.join(names)}")
-    return _REGISTRY[name]
+    return SOURCES.get(name)
 
 
 def resolve_path(path: str | Path) -> Path:

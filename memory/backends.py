@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from memstate.errors import ConfigError
+from memstate.registry import Registry
 
 if TYPE_CHECKING:
     from memstate.memory.llm_client import ChatJSON
@@ -70,37 +71,18 @@ class Backend:
             raise ConfigError(f"memory backend {self.name!r}: {e}") from e
 
 
-_REGISTRY: dict[str, Backend] = {}
-_loaded = False
-
-
-def register(backend: Backend) -> Backend:
-    """Add ``backend``; a name can be registered once (a module imported twice re-registers the same backend)."""
-    known = _REGISTRY.get(backend.name)
-    if known is not None and known.search.__qualname__ != backend.search.__qualname__:
-        raise ValueError(f"memory backend {backend.name!r} is already registered ({known.search.__module__})")
-    _REGISTRY[backend.name] = backend
-    return backend
-
-
-def unregister(name: str) -> None:
-    """Remove a backend (tests that register a toy one clean up with this)."""
-    _REGISTRY.pop(name, None)
-
-
 def _load_builtins() -> None:
-    global _loaded
-    if not _loaded:
-        for module in BUILTIN_MODULES:
-            importlib.import_module(module)
-        _loaded = True
+    for module in BUILTIN_MODULES:
+        importlib.import_module(module)
 
 
-def _ordered() -> list[str]:
+def _rank(backend: Backend) -> int:
     """Built-ins in ``BUILTIN_MODULES`` order (whichever module was imported first), then the others as registered."""
-    rank = {m: i for i, m in enumerate(BUILTIN_MODULES)}
-    names = list(_REGISTRY)
-    return sorted(names, key=lambda n: (rank.get(_REGISTRY[n].search.__module__, len(rank)), names.index(n)))
+    return BUILTIN_MODULES.index(m) if (m := backend.search.__module__) in BUILTIN_MODULES else len(BUILTIN_MODULES)
+
+
+BACKENDS: Registry[Backend] = Registry("memory backend", lambda b: b.search, order=_rank, load=_load_builtins)
+register, unregister = BACKENDS.register, BACKENDS.unregister
 
 
 def backend_names() -> tuple[str, ...]:
@@ -109,8 +91,7 @@ def backend_names() -> tuple[str, ...]:
     >>> backend_names()[:4]
     ('evomem', 'naive', 'clag', 'memsearch')
     """
-    _load_builtins()
-    return tuple(_ordered())
+    return BACKENDS.names()
 
 
 def get_backend(name: str) -> Backend:
@@ -123,7 +104,4 @@ def get_backend(name: str) -> Backend:
     ...
     memstate.errors.ConfigError: unknown memory backend 'bm42'; known: evomem, naive, clag, memsearch
     """
-    _load_builtins()
-    if name not in _REGISTRY:
-        raise ConfigError(f"unknown memory backend {name!r}; known: {', '.join(_ordered())}")
-    return _REGISTRY[name]
+    return BACKENDS.get(name)

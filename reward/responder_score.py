@@ -37,8 +37,8 @@ import pkgutil
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from memstate.errors import ConfigError
 from memstate.prompts import responder_messages
+from memstate.registry import Registry
 from memstate.responders import ContinuationLogprob, Responder
 from memstate.reward.score import compute_score, continuation_probability, option_probability
 from memstate.schema import Instance, option_letters
@@ -110,33 +110,17 @@ class ScoreMode:
     likelihood: bool
 
 
-_REGISTRY: dict[str, ScoreMode] = {}
-_loaded = False
-
-
-def register_score_mode(mode: ScoreMode) -> ScoreMode:
-    """Add ``mode``; a name can be registered once (a module imported twice re-registers the same mode)."""
-    known = _REGISTRY.get(mode.name)
-    if known is not None and known.judge.__qualname__ != mode.judge.__qualname__:
-        raise ValueError(f"score mode {mode.name!r} is already registered ({known.judge.__module__})")
-    _REGISTRY[mode.name] = mode
-    return mode
-
-
-def unregister_score_mode(name: str) -> None:
-    """Remove a score mode (tests that register a toy one clean up with this)."""
-    _REGISTRY.pop(name, None)
-
-
 def _load_modules() -> None:
-    """Import the package's ``score_mode_*`` modules once (not the whole package: its other modules are heavy)."""
-    global _loaded
-    if not _loaded:
-        package = importlib.import_module("memstate.reward")
-        names = sorted(m.name for m in pkgutil.iter_modules(package.__path__) if m.name.startswith(MODULE_PREFIX))
-        for module in names:
-            importlib.import_module(f"memstate.reward.{module}")
-        _loaded = True
+    """Import the package's ``score_mode_*`` modules (not the whole package: its other modules are heavy)."""
+    package = importlib.import_module("memstate.reward")
+    names = sorted(m.name for m in pkgutil.iter_modules(package.__path__) if m.name.startswith(MODULE_PREFIX))
+    for module in names:
+        importlib.import_module(f"memstate.reward.{module}")
+
+
+# Registration order (the built-ins first); the name as the config spells it.
+SCORE_MODES: Registry[ScoreMode] = Registry("score_mode", lambda m: m.judge, load=_load_modules)
+register_score_mode, unregister_score_mode = SCORE_MODES.register, SCORE_MODES.unregister
 
 
 def score_mode_names() -> tuple[str, ...]:
@@ -145,8 +129,7 @@ def score_mode_names() -> tuple[str, ...]:
     >>> score_mode_names()[:2]
     ('likelihood', 'exact')
     """
-    _load_modules()
-    return tuple(_REGISTRY)
+    return SCORE_MODES.names()
 
 
 def score_mode(name: str) -> ScoreMode:
@@ -159,10 +142,7 @@ def score_mode(name: str) -> ScoreMode:
     ...
     memstate.errors.ConfigError: unknown score_mode 'exakt'; known: likelihood, exact
     """
-    _load_modules()
-    if name not in _REGISTRY:
-        raise ConfigError(f"unknown score_mode {name!r}; known: {', '.join(_REGISTRY)}")
-    return _REGISTRY[name]
+    return SCORE_MODES.get(name)
 
 
 def responder_request(instance: Instance, rules: Rules, mode: str) -> ResponderRequest:

@@ -143,7 +143,7 @@ def test_a_mode_in_its_own_module_is_found_by_its_name(tmp_path, monkeypatch):
         "register_score_mode(ScoreMode('toy', 'exact, renamed', exact_request, exact_judgements, likelihood=False))\n"
     )
     monkeypatch.setattr(memstate.reward, "__path__", [*memstate.reward.__path__, str(tmp_path)])
-    monkeypatch.setattr(responder_score, "_loaded", False)
+    monkeypatch.setattr(responder_score.SCORE_MODES, "loaded", False)
     monkeypatch.delitem(sys.modules, "memstate.reward.score_mode_toy", raising=False)
     try:
         assert score_mode("toy").summary == "exact, renamed" and "toy" in score_mode_names()
