@@ -377,7 +377,7 @@ def dataset_card(manifest: dict) -> str:
     lines = [
         "# memstate Instance dataset",
         "",
-        "Conflicting-memory QA instances built by `memstate build-data` (schema: DESIGN.md, `memstate.schema`).",
+        "Conflicting-memory QA instances built by `memstate build-data` (schema: docs/design.md, `memstate.schema`).",
         f"{manifest['instances_out']} instances; {manifest['records']['read']} source records read, "
         f"{manifest['records']['used']} used, {manifest['records']['skipped']} skipped (see manifest.json).",
         "",

@@ -1,7 +1,7 @@
 """The memory pipeline: an ontology-guided memory store (SQLite), induction per session (rule-based or LLM
 extractor, every proposal validated, sessions committed atomically), relation-aware retrieval (EvoMemState), a
 dense baseline (NaiveRAG), agent-driven clustering (CLAG) and seed-fragment-path search (MemSearch-o1), returning facts
-and relational state in the Instance shapes of DESIGN.md."""
+and relational state in the Instance shapes of docs/design.md."""
 
 from memstate.embedding import Embedder
 from memstate.memory.backends import Backend, Query, backend_names, get_backend, register

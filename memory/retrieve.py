@@ -1,5 +1,5 @@
-"""Retrieval: facts and their relational state for a query, in the Instance shapes of DESIGN.md, from any registered
-backend (``memstate.memory.backends``).
+"""Retrieval: facts and their relational state for a query, in the Instance shapes of docs/design.md, from any
+registered backend (``memstate.memory.backends``).
 
 Built in: ``evomem`` (EvoMemState) and ``naive`` (NaiveRAG) in ``memory.evomem``; ``clag`` (CLAG, ``memory.clag``):
 the store's facts routed into topic clusters, the query picks clusters (by an LLM, or by similarity to their

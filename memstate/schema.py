@@ -1,4 +1,4 @@
-"""The Instance / Fact / Relation schema: the contract between every stage (DESIGN.md).
+"""The Instance / Fact / Relation schema: the contract between every stage (docs/design.md).
 
 Instances are immutable dataclasses validated on construction. ``to_dict``/``from_dict`` round-trip
 through plain JSON-compatible dicts, which is also how rows are stored with ``datasets``. The serve API's request

@@ -1,6 +1,6 @@
 """``memstate serve api``: the reasoning-state HTTP service the memory pipeline calls (FastAPI).
 
-``POST /v1/reasoning-state`` takes a request and its retrieved memories in DESIGN.md's shapes, builds the policy
+``POST /v1/reasoning-state`` takes a request and its retrieved memories in docs/design.md's shapes, builds the policy
 prompt exactly as training did (``memstate.prompts``; facts truncated to the prompt budget when a tokenizer is
 configured), asks the served policy (vLLM's OpenAI-compatible chat endpoint), and validates the answer with the same
 ``parse_completion`` as the reward (a reply cut off at ``max_tokens`` is no state). A reply that fails the format is

@@ -88,7 +88,7 @@ def model_card(metadata: CheckpointMetadata, log_history: list[dict]) -> str:
         [
             "# memstate reasoning-state policy",
             "",
-            "Writes 2–4 rules telling a frozen responder how to use a user's memories (see memstate's DESIGN.md).",
+            "Writes 2–4 rules telling a frozen responder how to use a user's memories (see memstate's docs/design.md).",
             f"- base policy: `{metadata.policy_model}`; responder: `{metadata.responder_model}`",
             f"- prompts: `{metadata.prompt_version}` (budget {metadata.max_prompt_tokens} tokens, states up to "
             f"{metadata.max_completion_length}); score mode: {metadata.score_mode}; "
