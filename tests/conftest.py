@@ -32,6 +32,14 @@ def tiny_models(tmp_path_factory) -> dict[str, Path]:
 
 
 @pytest.fixture(scope="session")
+def responder(tiny_models):
+    """The tiny frozen responder, in-process (loaded once per session: tests only read from it)."""
+    from memstate.responders.local import TransformersResponder
+
+    return TransformersResponder(str(tiny_models["responder"]), batch_size=8)
+
+
+@pytest.fixture(scope="session")
 def fever_data(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("fever-data")
     config = load_data_config(FEVER_CONFIG)

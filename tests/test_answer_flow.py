@@ -12,6 +12,7 @@ from types import SimpleNamespace
 
 import pyarrow.parquet as pq
 import pytest
+from reward_columns import columns
 
 from memstate.leak import instance_leak_reason
 from memstate.prompts import STATE_HEADER
@@ -90,10 +91,6 @@ class KeywordResponder:
     def answer(self, prompts, max_new_tokens=32):
         self.answer_prompts += prompts
         return ["A"] * len(prompts)
-
-
-def columns(instances):
-    return {k: [inst.to_dict()[k] for inst in instances] for k in instances[0].to_dict()}
 
 
 def call(reward, instances, states, **kwargs):
@@ -279,11 +276,6 @@ def test_the_audit_log_keeps_every_call_of_a_step(tmp_path):
     assert rows[2]["answer_flow_shift"] is None and rows[2]["gate_reason"]
     assert {r["step"] for r in rows} == {7} and {r["rank"] for r in rows} == {3}
     assert set(rows[0]) == {"step", "rank", *AUDIT_COLUMNS}
-
-
-@pytest.fixture(scope="module")
-def responder(tiny_models):
-    return TransformersResponder(str(tiny_models["responder"]), batch_size=8)
 
 
 def test_the_real_responder_end_to_end(responder, fever_train):

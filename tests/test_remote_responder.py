@@ -5,16 +5,13 @@ import math
 
 import pytest
 from fake_openai_server import FaultyOpenAIServer
+from reward_columns import columns
 
 from memstate.prompts import responder_messages
 from memstate.responders.remote import OpenAIResponder, ResponderUnavailable
 from memstate.reward.counterfactual import CounterfactualGainReward, RewardConfig
 
 STATE = "- Weigh the evidence against the user's view.\n- Answer from the evidence facts only."
-
-
-def columns(instances):
-    return {k: [inst.to_dict()[k] for inst in instances] for k in instances[0].to_dict()}
 
 
 def client(url: str, **kw) -> OpenAIResponder:

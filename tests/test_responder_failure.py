@@ -13,6 +13,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 from fake_openai_server import FaultyOpenAIServer
+from reward_columns import columns
 
 from memstate.errors import ConfigError, ResponderFailure
 from memstate.http import HTTPClient, HTTPSettings, HTTPUnavailable
@@ -25,10 +26,6 @@ from memstate.reward.responder_score import score_mode
 
 ROOT = Path(__file__).resolve().parents[1]
 STATE = "- Weigh the evidence against the user's view.\n- Answer from the evidence facts only."
-
-
-def columns(instances):
-    return {k: [inst.to_dict()[k] for inst in instances] for k in instances[0].to_dict()}
 
 
 # ---- deadline ---------------------------------------------------------------------------------------------------

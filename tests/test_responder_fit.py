@@ -5,6 +5,7 @@ import json
 
 import pytest
 from fake_openai_server import FaultyOpenAIServer
+from reward_columns import columns
 
 from memstate.evaluate.run import condition_records
 from memstate.prompts import responder_messages
@@ -28,10 +29,6 @@ def instance(iid: str, n_facts: int) -> Instance:
     relations = (Relation("F2", "SUPERSEDES", "F1"), Relation(f"F{n_facts}", "SUPERSEDES", "F1"))
     return Instance(iid, "personamem", "preference_update", "none", "Which city does the user live in now?",
                     ("Bergen", "Oslo", "Tromso"), "B", "choice", (), facts, relations)  # fmt: skip
-
-
-def columns(instances):
-    return {k: [inst.to_dict()[k] for inst in instances] for k in instances[0].to_dict()}
 
 
 def prompt_bytes(messages) -> int:  # the fake server's token count of a chat prompt

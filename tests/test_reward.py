@@ -1,4 +1,5 @@
 import pytest
+from reward_columns import columns
 
 from memstate.leak import leaks_answer
 from memstate.responders.local import TransformersResponder
@@ -25,15 +26,6 @@ class CountingResponder:
     def answer_logprob(self, prompts, continuations):
         self.prompts += prompts
         return self.inner.answer_logprob(prompts, continuations)
-
-
-@pytest.fixture(scope="module")
-def responder(tiny_models):
-    return TransformersResponder(str(tiny_models["responder"]), batch_size=8)
-
-
-def columns(instances):
-    return {k: [inst.to_dict()[k] for inst in instances] for k in instances[0].to_dict()}
 
 
 def good_state(inst):

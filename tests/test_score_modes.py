@@ -9,12 +9,12 @@ import json
 
 import pytest
 from fake_openai_server import FaultyOpenAIServer
+from reward_columns import columns
 
 from memstate.cli import main
 from memstate.errors import ConfigError
 from memstate.prompts import responder_messages
 from memstate.responders import ResponderConfig, make_responder
-from memstate.responders.local import TransformersResponder
 from memstate.responders.remote import ResponderIncompatible
 from memstate.reward.cache import BaselineCache, baseline_key
 from memstate.reward.counterfactual import CounterfactualGainReward, RewardConfig
@@ -62,15 +62,6 @@ def top1():
                                          top1_judgements, likelihood=True))  # fmt: skip
     yield mode
     unregister_score_mode(TOP1)
-
-
-@pytest.fixture(scope="module")
-def responder(tiny_models):
-    return TransformersResponder(str(tiny_models["responder"]), batch_size=8)
-
-
-def columns(instances):
-    return {k: [inst.to_dict()[k] for inst in instances] for k in instances[0].to_dict()}
 
 
 def good_state(inst):
