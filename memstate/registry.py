@@ -61,16 +61,19 @@ class Registry(Generic[T]):
         """Remove an item (tests that register a toy one clean up with this)."""
         self.items.pop(name, None)
 
-    def names(self) -> tuple[str, ...]:
+    def _ensure_loaded(self) -> None:
         if not self.loaded and self.load is not None:
             self.load()  # raises again on the next lookup if a module fails to import: never a silent partial set
             self.loaded = True
+
+    def names(self) -> tuple[str, ...]:
+        self._ensure_loaded()
         names = list(self.items)
         return tuple(names if self.order is None else sorted(names, key=lambda n: self.order(self.items[n])))
 
     def get(self, name: str) -> T:
         """The item registered as ``name``; ConfigError naming the known ones otherwise."""
-        names = self.names()
-        if name not in self.items:
-            raise ConfigError(f"unknown {self.kind} {name!r}; known: {', '.join(names)}")
+        self._ensure_loaded()
+        if name not in self.items:  # lookups sit on per-request paths: the ordered list only for the error
+            raise ConfigError(f"unknown {self.kind} {name!r}; known: {', '.join(self.names())}")
         return self.items[name]
