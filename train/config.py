@@ -209,7 +209,7 @@ class MemstateTrainArguments:
     shared_prefix_check_tolerance: float | None = field(
         default=None,
         metadata={
-            "help": "Largest mean |log-prob difference| the check accepts (default: 1e-4 in fp32, 2e-2 in bf16, "
+            "help": "Largest mean |log-prob difference| the check accepts (default: 1e-4 in fp32, 1e-1 in bf16, "
             "1e-2 in fp16)."
         },
     )

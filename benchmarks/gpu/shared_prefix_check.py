@@ -12,13 +12,18 @@ backward of a weighted sum of the completion tokens' log-probs: what GRPO's loss
 - ``split``: the same row, the prompt and the completions in separate SDPA calls with no row mask.
 
 Each: seconds per pass (median of ``--repeats`` after a warm-up), peak GPU memory, the mask's bytes, and for
-dense and flex the mean and max |Δ log-prob| against stock (without gradients, bf16). JSON to
-``benchmarks/results/shared_prefix_gpu.json`` with the GPU's name. ``--dry-run``: a tiny model and lengths on CPU in
-fp32 (the test suite runs it; torch has no FlexAttention backward on CPU, so there flex times its forward only).
+each packed path the mean and max |Δ log-prob| against stock (without gradients). JSON to
+``benchmarks/results/shared_prefix_gpu.json`` with the GPU's name. ``--dtype float32 --repeats 0`` checks the
+agreement alone without bf16's rounding (``shared_prefix_gpu_fp32.json``; P = 2048 only: fp32 SDPA has no fused
+kernel for the stock reference at 8192, whose math path asks for 68 GiB). ``--dry-run``: a tiny model and lengths
+on CPU in fp32 (the test suite runs it; torch has no FlexAttention backward on CPU, so there flex times its
+forward only).
 
-On the device machine (torch, transformers, accelerate, peft; TRL is not needed):
+On the device machine (torch and transformers; TRL is not needed, nor an install: the two packages it imports are
+copied into place):
 
-    pip install --no-deps --no-build-isolation -e . && python benchmarks/gpu/shared_prefix_check.py
+    mkdir -p /tmp/pkg && cp -r memstate /tmp/pkg/ && cp -r train /tmp/pkg/memstate/train \\
+      && PYTHONPATH=/tmp/pkg python benchmarks/gpu/shared_prefix_check.py
 """
 
 from __future__ import annotations
@@ -31,6 +36,7 @@ import time
 from pathlib import Path
 
 import torch
+import transformers
 from transformers import Qwen3Config, Qwen3ForCausalLM
 
 from memstate.train.packing import FLEX_BLOCK, attention_as, install_packed_attention, pack_groups, packed_mask_bytes
@@ -45,6 +51,8 @@ QWEN3_4B = dict(
     max_position_embeddings=32768,
 )  # fmt: skip
 PACKED = ("dense", "flex", "split")
+# Bugs the trainer's first-use check must tell from rounding (--planted): the check's tolerance sits between them.
+PLANTED = ("planted_siblings_visible", "planted_positions")
 TINY = dict(
     hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
     head_dim=16, vocab_size=512, tie_word_embeddings=True, max_position_embeddings=4096,
@@ -68,14 +76,23 @@ def stock_logps(model, input_ids, completion_len: int, implementation: str) -> t
 
 
 def packed_logps(model, input_ids, completion_len: int, attention: str) -> tuple[torch.Tensor, int]:
-    """The shared-prefix layout with ``attention`` (dense, flex or split): (G, R) log-probs, and the mask's bytes."""
+    """The shared-prefix layout with ``attention`` (dense, flex or split): (G, R) log-probs, and the mask's bytes.
+    ``planted_*``: the dense layout with a bug the first-use check must catch (``PLANTED``)."""
     packed = pack_groups(
         input_ids, torch.ones_like(input_ids), completion_len, 0, FLEX_BLOCK if attention == "flex" else 1
     )
-    if attention != "dense":
+    if attention in ("flex", "split"):
         install_packed_attention("sdpa")
-    mask = packed.attention_inputs(attention)
-    hidden = model.model(input_ids=packed.input_ids, attention_mask=mask, position_ids=packed.position_ids)
+    mask, positions = packed.attention_inputs("dense" if attention.startswith("planted") else attention), None
+    if attention == "planted_siblings_visible":
+        mask = None  # plain causal over the row: each completion also sees the completions packed before it
+    elif attention == "planted_positions":  # positions run on along the row instead of restarting per completion
+        positions = torch.arange(packed.input_ids.size(1), device=input_ids.device)[None]
+    hidden = model.model(
+        input_ids=packed.input_ids,
+        attention_mask=mask,
+        position_ids=packed.position_ids if positions is None else positions,
+    )
     labels = packed.shift_labels.reshape(-1)[packed.source]
     logps = completion_logps(model, hidden.last_hidden_state, packed.source, labels)
     out = logps.new_zeros(packed.batch_shape[0] * packed.batch_shape[1]).scatter(0, packed.target, logps)
@@ -103,7 +120,13 @@ def measure(run, repeats: int, device: torch.device) -> dict:
     return {"seconds": round(statistics.median(seconds), 4), "peak_mib": None if peak is None else round(peak, 1)}
 
 
-def check_setting(model, prompt_len: int, completion_len: int, group: int, repeats: int, device) -> dict:
+def failure(error: Exception) -> str:
+    return f"{type(error).__name__}: {str(error)[:400]}"
+
+
+def check_setting(
+    model, prompt_len: int, completion_len: int, group: int, repeats: int, device, planted: bool = False
+) -> dict:
     torch.manual_seed(0)
     vocab = model.config.vocab_size
     prompt = torch.randint(5, vocab, (1, prompt_len), device=device).expand(group, -1)
@@ -117,11 +140,21 @@ def check_setting(model, prompt_len: int, completion_len: int, group: int, repea
     paths: dict[str, dict] = {}
     with torch.no_grad():
         reference = stock_logps(model, input_ids, completion_len, "sdpa")
-        for name in PACKED:
-            logps, nbytes = packed_logps(model, input_ids, completion_len, name)
+        for name in PACKED + (PLANTED if planted else ()):
+            try:
+                logps, nbytes = packed_logps(model, input_ids, completion_len, name)
+            except Exception as error:  # one path failing (a kernel that does not compile) must not cost the others
+                paths[name] = {"error": failure(error)}
+                continue
             diff = (logps - reference).abs()
             paths[name] = {"mask_bytes": nbytes, "logp_mean_abs_diff": diff.mean().item(),
                            "logp_max_abs_diff": diff.max().item()}  # fmt: skip
+
+    for name in PLANTED:
+        if name in paths:
+            paths[f"{name} (not timed)"] = paths.pop(name)
+    if repeats == 0:  # agreement only
+        return {"prompt_tokens": prompt_len, "completion_tokens": completion_len, "group_size": group, "paths": paths}
 
     def training_pass(logps_of, backward: bool = True):
         def run():
@@ -139,12 +172,19 @@ def check_setting(model, prompt_len: int, completion_len: int, group: int, repea
                                                                             implementation))  # fmt: skip
         paths[name] = {"mask_bytes": 0, **measure(run, repeats, device)}
     for name in PACKED:
+        if "error" in paths[name]:
+            continue
         backward = backward_flex or name != "flex"
         run = training_pass(lambda name=name: packed_logps(model, input_ids, completion_len, name)[0], backward)
-        paths[name] |= {**measure(run, repeats, device), "pass": "forward+backward" if backward else "forward"}
+        try:
+            paths[name] |= {**measure(run, repeats, device), "pass": "forward+backward" if backward else "forward"}
+        except Exception as error:
+            paths[name]["error"] = failure(error)
+            model.zero_grad(set_to_none=True)
+        print(f"P={prompt_len} {name}: {paths[name]}", flush=True)
     stock = paths["stock_sdpa"]
     # ratios only between passes of the same kind (a forward-only flex pass on CPU has none)
-    same = [name for name in PACKED if paths[name]["pass"] == "forward+backward"]
+    same = [name for name in PACKED if paths[name].get("pass") == "forward+backward"]
     ratios = {f"time_ratio_{n}": round(stock["seconds"] / paths[n]["seconds"], 2) for n in same}
     if stock["peak_mib"]:
         ratios |= {f"memory_ratio_{n}": round(stock["peak_mib"] / paths[n]["peak_mib"], 2) for n in same}
@@ -158,7 +198,14 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--prompt-tokens", type=int, nargs="+", default=[2048, 8192])
     parser.add_argument("--completion-tokens", type=int, default=256)
     parser.add_argument("--group-size", type=int, default=8)
-    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--repeats", type=int, default=3, help="Timed passes per path; 0: the agreement check only.")
+    parser.add_argument(
+        "--dtype",
+        choices=["bfloat16", "float32"],
+        default="bfloat16",
+        help="float32: the paths' agreement without bf16's rounding (use with --repeats 0).",
+    )
+    parser.add_argument("--planted", action="store_true", help="Also measure planted layout bugs (PLANTED).")
     parser.add_argument("--out", default="benchmarks/results/shared_prefix_gpu.json")
     args = parser.parse_args(argv)
     if args.dry_run:
@@ -167,25 +214,34 @@ def main(argv: list[str] | None = None) -> dict:
     else:
         if not torch.cuda.is_available():
             parser.error("no GPU here: run with --dry-run on CPU")
-        device, dtype, model_config = torch.device("cuda"), torch.bfloat16, QWEN3_4B
+        device, dtype, model_config = torch.device("cuda"), getattr(torch, args.dtype), QWEN3_4B
     torch.manual_seed(0)
     config = Qwen3Config(**model_config, attn_implementation="sdpa")
-    model = Qwen3ForCausalLM(config).to(device=device, dtype=dtype)
+    # built on the device in its dtype: a 4B model's fp32 random init on the host takes minutes of device time
+    default_dtype = torch.get_default_dtype()
+    torch.set_default_dtype(dtype)
+    try:
+        with device:
+            model = Qwen3ForCausalLM(config)
+    finally:
+        torch.set_default_dtype(default_dtype)
     model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     model.train()
-    settings = [
-        check_setting(model, p, args.completion_tokens, args.group_size, args.repeats, device)
-        for p in args.prompt_tokens
-    ]
     results = {
         "device": torch.cuda.get_device_name() if device.type == "cuda" else "cpu (dry run)",
         "torch": torch.__version__,
+        "transformers": transformers.__version__,
         "dtype": str(dtype).removeprefix("torch."),
         "model": "Qwen3-4B architecture, random init" if not args.dry_run else "tiny Qwen3, random init",
         "activation_checkpointing": True,
-        "settings": settings,
+        "settings": [],
     }
-    report(results, args.out)
+    for prompt_len in args.prompt_tokens:  # written after each setting: a run cut short keeps what it measured
+        setting = check_setting(
+            model, prompt_len, args.completion_tokens, args.group_size, args.repeats, device, args.planted
+        )
+        results["settings"].append(setting)
+        report(results, args.out)
     return results
 
 
