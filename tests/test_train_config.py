@@ -1,6 +1,8 @@
 """Production config: validated on CPU by --dry-run, with its batch arithmetic asserted."""
 
+import json
 import re
+import shutil
 from pathlib import Path
 
 import pytest
@@ -201,3 +203,24 @@ def test_flash_attention_is_refused_where_the_shared_prefix_path_must_not_fall_b
     assert "takes no 4-D mask" in capsys.readouterr().err
     assert main([*argv, "--shared_prefix_attention", "dense", "--shared_prefix_on_failure", "fallback"]) == 0
     assert main(argv) == 0  # auto: flex on the cluster's GPUs runs flex attention in the packed forward itself
+
+
+def test_a_budget_beyond_the_policy_positions_is_refused_by_train_and_the_dry_run(tiny_models, fever_data, tmp_path,
+                                                                                  capsys):  # fmt: skip
+    # A policy of 4,096 positions (tiny-models' own responder architecture) under the production budget 8192 + 512.
+    short = tmp_path / "short-policy"
+    shutil.copytree(tiny_models["policy"], short)
+    config = json.loads((short / "config.json").read_text())
+    (short / "config.json").write_text(json.dumps(config | {"max_position_embeddings": 4096}))
+    expected = ("max_prompt_tokens 8192 + max_completion_length 512 = 8704 exceeds the policy's 4096 positions "
+                f"({short}: max_position_embeddings); set max_prompt_tokens to at most 3584")  # fmt: skip
+    dry = ["train", "--config", str(QWEN), "--dry-run", "--policy_model", str(short), "--data_dir", str(fever_data)]
+    assert main(dry) == 2
+    assert expected in capsys.readouterr().err
+    run = ["train", "--config", str(ROOT / "configs/train/tiny_cpu.yaml"), "--policy_model", str(short),
+           "--responder_model", str(tiny_models["responder"]), "--data_dir", str(fever_data),
+           "--max_completion_length", "512", "--output_dir", str(tmp_path / "out")]  # fmt: skip
+    assert main(run) == 2
+    assert expected in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()  # refused before anything was written
+    assert main([*dry, "--max_prompt_tokens", "3584"]) == 0  # at the limit it runs

@@ -10,6 +10,7 @@ from memstate.responders import ResponderConfig
 from memstate.train.config import (
     GRPOConfig,
     MemstateTrainArguments,
+    check_context,
     check_model_init,
     check_responder,
     check_validation_settings,
@@ -27,6 +28,7 @@ def run(parsed: tuple[MemstateTrainArguments, ResponderConfig, GRPOConfig, argpa
     # A dry run forces use_cpu (TrainParser) to validate a GPU config anywhere: its device settings are not checked.
     check_vllm_settings(script_args, grpo_config, on_cpu=grpo_config.use_cpu and not options.dry_run)
     check_model_init(script_args, grpo_config)
+    check_context(script_args, grpo_config)
     check_validation_settings(grpo_config)
     # The batch settings for the processes of this launch (a dry run: the ones it is told), before anything loads.
     world_size = (options.world_size or int(os.environ.get("WORLD_SIZE", 1))) if options.dry_run else None

@@ -247,6 +247,31 @@ def load_train_instances(script_args: MemstateTrainArguments) -> list:
     return instances[: script_args.max_train_instances] if script_args.max_train_instances else instances
 
 
+def policy_positions(policy_model: str) -> int | None:
+    """The policy's ``max_position_embeddings`` from its config (a local dir, or a Hub id already cached); None where
+    the config cannot be read here (a Hub id on a machine without it: the cluster's own run checks again)."""
+    from transformers import AutoConfig
+
+    try:
+        config = AutoConfig.from_pretrained(policy_model)
+    except (OSError, ValueError):
+        return None
+    return getattr(config.get_text_config(), "max_position_embeddings", None)
+
+
+def check_context(script_args: MemstateTrainArguments, config: GRPOConfig) -> None:
+    """Refuse a prompt + completion budget longer than the policy's positions, before anything loads: past them the
+    rotary positions were never trained (or the model refuses), and ``serve policy`` could not serve the budget."""
+    positions = policy_positions(script_args.policy_model)
+    budget = script_args.max_prompt_tokens + config.max_completion_length
+    if positions is not None and budget > positions:
+        raise ConfigError(
+            f"max_prompt_tokens {script_args.max_prompt_tokens} + max_completion_length {config.max_completion_length} "
+            f"= {budget} exceeds the policy's {positions} positions ({script_args.policy_model}: "
+            f"max_position_embeddings); set max_prompt_tokens to at most {positions - config.max_completion_length}"
+        )
+
+
 def check_vllm_settings(script_args: MemstateTrainArguments, config: GRPOConfig, *, on_cpu: bool) -> None:
     """Refuse vLLM settings that cannot work, before any model loads.
 
