@@ -16,7 +16,18 @@ README = ROOT / "README.md"
 # The pages whose shell blocks run after README.md's, in this order: the order in which their runnable blocks can run
 # (training.md's --resume needs the demo's run, evaluation.md's compare its checkpoints evaluated after the resume).
 # README.md's "Documentation" list links them in the same order; every docs/*.md page must be named here.
-DOCS = ("data", "training", "reward", "evaluation", "memory", "serving", "sycophancy", "benchmarks", "development", "design")
+DOCS = (
+    "data",
+    "training",
+    "reward",
+    "evaluation",
+    "memory",
+    "serving",
+    "sycophancy",
+    "benchmarks",
+    "development",
+    "design",
+)
 DOC_PAGES = tuple(ROOT / "docs" / f"{name}.md" for name in DOCS)
 SHELLS = {"bash", "sh", "shell"}
 SYNTAX_ONLY = {
