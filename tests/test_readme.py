@@ -55,6 +55,11 @@ def test_docs_pages_run_in_a_fixed_order_and_each_is_linked_from_the_readme():
     missing = [f"docs/{name}" for name in pages if f"docs/{name}" not in links]
     assert not missing, f"README.md links no {missing}"
     assert any(b.path.startswith("docs/") and b.runs for b in BLOCKS)
+    # README's "Documentation" list names the pages in the order their blocks run
+    listed = re.search(r"^## Documentation\n(.*?)(?=^## |\Z)", README.read_text(), re.M | re.S)
+    assert listed, "README.md lacks its Documentation section"
+    order = re.findall(r"^- \[docs/(\w+)\.md\]", listed.group(1), re.M)
+    assert order == [p.stem for p in DOC_PAGES], f"README's Documentation list {order} is not readme_blocks.DOCS"
 
 
 def test_readme_is_a_map_of_at_most_250_lines():
