@@ -66,8 +66,8 @@ GRPO_RUNS = ("checkpoint", "control_shuffled")  # the lr=0 control logs a reward
 class SycophancyConfig:
     """The experiment's sizes. ``--quick`` shortens the GRPO runs only (60 steps); data, responder and warm-up stay the
     full run's: with 1,200 responder steps the two seeds measured kept iterates that follow the rules 0.99-1.00 (seed
-    0) and 0.53-1.00 (seed 1) on the test users, and at 1,600 steps the rules appeared at steps 1,200-1,400 (README,
-    "The responder was the fragile part")."""
+    0) and 0.53-1.00 (seed 1) on the test users, and at 1,600 steps the rules appeared at steps 1,200-1,400
+    (docs/sycophancy.md, "The responder")."""
 
     out: str = field(metadata={"help": "Output directory (every stage's output, report.json/md/png)."})
     quick: bool = field(default=False, metadata={"help": "Fewer GRPO steps (60): a shortened run."})

@@ -192,7 +192,7 @@ def no_memory_letter(instance: Instance) -> str:
 
 
 # The responder's curriculum: each phase's share of the steps, the rows it draws from, and its learning-rate factor.
-# Measured (validation split, two seeds, 1,600 steps; README, "The responder was the fragile part"): on one shuffled mix
+# Measured (validation split, two seeds, 1,600 steps; docs/sycophancy.md, "The responder"): on one shuffled mix
 # the responder sat at chance for 450 to over 1,000 steps, the longer the fewer easy rows (agreeing evidence, one
 # preference) it held: rules it cannot use yet are noise while it learns to read the memories. "reading" (rows without
 # a state) took both seeds to 96-99% of the no-state answers by step 400. Adding the states at the same rate knocked

@@ -1,4 +1,4 @@
-"""README.md's fenced shell blocks, as tests/test_readme.py runs them.
+"""The fenced shell blocks of README.md and the docs/ pages, as tests/test_readme.py runs them.
 
 A block's info string is its language and, optionally, one tag saying why it is only syntax-checked:
 ```` ```bash ```` runs; ```` ```bash gpu ```` (and the other ``SYNTAX_ONLY`` tags) is checked with ``bash -n``.
@@ -13,13 +13,30 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
+# The pages whose shell blocks run after README.md's, in this order: the order in which their runnable blocks can run
+# (training.md's --resume needs the demo's run, evaluation.md's compare its checkpoints evaluated after the resume).
+# README.md's "Documentation" list links them in the same order; every docs/*.md page must be named here.
+DOCS = (
+    "data",
+    "training",
+    "reward",
+    "evaluation",
+    "memory",
+    "serving",
+    "sycophancy",
+    "benchmarks",
+    "development",
+    "design",
+)
+DOC_PAGES = tuple(ROOT / "docs" / f"{name}.md" for name in DOCS)
 SHELLS = {"bash", "sh", "shell"}
 SYNTAX_ONLY = {
     "gpu": "needs GPUs, real weights or a cluster",
     "data": "needs the full public datasets, downloaded by the user (nothing is fetched)",
     "server": "starts servers that run until stopped (the vllm/colocate CI steps and tests/test_serve_api.py run them)",
     "long": "runs for many minutes: the sycophancy experiment (CI runs it as its own step, pytest -m experiment), "
-    "the whole MemSyco-Bench ingest and the full retrieval sweep (their figures are in the README)",
+    "the whole MemSyco-Bench ingest and the full retrieval sweep (their figures are in docs/), the test suites "
+    "themselves (docs/development.md)",
 }
 # The suite this test belongs to: CI runs it as its own step (.ci/run), so the README test does not recurse into it.
 TEST_COMMAND = "make test"
@@ -29,6 +46,7 @@ _FENCE = re.compile(r"^([ \t]*)```(\S*)[ \t]*(.*?)\n(.*?)^\1```[ \t]*$", re.M | 
 
 @dataclass(frozen=True)
 class Block:
+    path: str  # relative to the repository root
     line: int  # of the opening fence, 1-based
     language: str
     tag: str | None
@@ -46,18 +64,26 @@ class Block:
         )
 
     def __str__(self) -> str:
-        return f"README.md:{self.line} ({self.tag or 'run'})"
+        return f"{self.path}:{self.line} ({self.tag or 'run'})"
 
 
-def shell_blocks(text: str | None = None) -> list[Block]:
-    """The shell blocks of the README (or of ``text``), in order."""
-    text = README.read_text() if text is None else text
+def file_blocks(text: str, path: str = "README.md") -> list[Block]:
+    """The shell blocks of one Markdown text, in order."""
     blocks = []
     for m in _FENCE.finditer(text):
         if m.group(2) in SHELLS:
             line = text.count("\n", 0, m.start()) + 1
-            blocks.append(Block(line, m.group(2), m.group(3).strip() or None, m.group(4)))
+            blocks.append(Block(path, line, m.group(2), m.group(3).strip() or None, m.group(4)))
     return blocks
+
+
+def shell_blocks() -> list[Block]:
+    """The shell blocks of README.md, then of each page of ``DOCS``, in the order they run."""
+    return [
+        block
+        for page in (README, *DOC_PAGES)
+        for block in file_blocks(page.read_text(), page.relative_to(ROOT).as_posix())
+    ]
 
 
 DEMO_SECTION = re.compile(r"(<!-- demo-summary: begin -->\n)(.*?)(<!-- demo-summary: end -->)", re.S)

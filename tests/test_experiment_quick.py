@@ -2,7 +2,7 @@
 
 Marked ``experiment`` (~20 min on 2 cores: the full run's data, responder and warm-up, GRPO shortened to 60 steps);
 deselected from the default suite, run by CI as its own step (``pytest -m experiment``). The bounds sit below what the
-quick run measured here (README, "Does the method work?") and above what either control gained, with room for a
+quick run measured here (docs/sycophancy.md) and above what either control gained, with room for a
 responder that learnt its rules less well (a second seed followed "Go with what the user believes" on 53% of the
 test instances where it should, against 99%): another CPU computes other floating-point sums, and 1,200 steps of SFT
 can end elsewhere."""

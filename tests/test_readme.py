@@ -1,9 +1,11 @@
-"""README.md is executable.
+"""README.md and the docs/ pages are executable.
 
-Default suite (fast): every shell block is tagged with a known reason if it does not run, and parses (``bash -n``);
-the README starts with the two set-up commands and CI runs the second.
+Default suite (fast): every shell block of README.md and of the docs/ pages (``readme_blocks.DOCS``) is tagged with
+a known reason if it does not run, and parses (``bash -n``); the README starts with the two set-up commands and CI
+runs the second; the README stays a map (at most ``README_MAX_LINES`` lines) linking every docs/ page.
 
-``pytest -m readme`` (its own CI step): every runnable block runs, in order, with ``bash -e`` in a fresh copy of the
+``pytest -m readme`` (its own CI step): every runnable block runs, in order (README.md, then the pages of
+``readme_blocks.DOCS``), with ``bash -e`` in a fresh copy of the
 repository (tracked and untracked-but-not-ignored files: no ``runs/``, no data built before), with the venv activated
 the way the README tells the user to (``source .venv/bin/activate``; the venv itself is this checkout's, linked in,
 since ``make setup`` is what CI's earlier steps already did). Blocks tagged ``gpu``, ``server`` or ``long`` are only
@@ -21,9 +23,10 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from readme_blocks import DEMO_SECTION, README, ROOT, SYNTAX_ONLY, TEST_COMMAND, shell_blocks
+from readme_blocks import DEMO_SECTION, DOC_PAGES, README, ROOT, SYNTAX_ONLY, TEST_COMMAND, shell_blocks
 
 BLOCKS = shell_blocks()
+README_MAX_LINES = 250
 NUMBER = re.compile(r"[-+]?\d+(?:\.\d+)?")
 # Figures of a fresh run may differ from the README's by this much (another CPU can round differently, and a
 # probability one sampled state away is 1/18 on the demo's test split); durations are not compared.
@@ -45,8 +48,28 @@ def test_every_shell_block_is_tagged_and_parses(block):
     assert proc.returncode == 0, f"{block} does not parse:\n{proc.stderr}"
 
 
+def test_docs_pages_run_in_a_fixed_order_and_each_is_linked_from_the_readme():
+    pages = sorted(p.name for p in (ROOT / "docs").glob("*.md"))
+    assert sorted(p.name for p in DOC_PAGES) == pages, "readme_blocks.DOCS must name every docs/*.md page"
+    links = set(re.findall(r"\]\((docs/[^)#\s]+\.md)", README.read_text()))
+    missing = [f"docs/{name}" for name in pages if f"docs/{name}" not in links]
+    assert not missing, f"README.md links no {missing}"
+    assert any(b.path.startswith("docs/") and b.runs for b in BLOCKS)
+    # README's "Documentation" list names the pages in the order their blocks run
+    listed = re.search(r"^## Documentation\n(.*?)(?=^## |\Z)", README.read_text(), re.M | re.S)
+    assert listed, "README.md lacks its Documentation section"
+    order = re.findall(r"^- \[docs/(\w+)\.md\]", listed.group(1), re.M)
+    assert order == [p.stem for p in DOC_PAGES], f"README's Documentation list {order} is not readme_blocks.DOCS"
+
+
+def test_readme_is_a_map_of_at_most_250_lines():
+    lines = len(README.read_text().splitlines())
+    assert lines <= README_MAX_LINES, f"README.md has {lines} lines; the details belong in docs/"
+
+
 def test_readme_starts_with_the_two_setup_commands_and_ci_runs_the_test_one():
     first = BLOCKS[0]
+    assert first.path == "README.md"
     assert README.read_text().lstrip().startswith("# memstate\n\n```bash\n")
     commands = [line.split("#")[0].strip() for line in first.code.splitlines()]
     assert commands == ["make demo", TEST_COMMAND]

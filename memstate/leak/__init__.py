@@ -19,7 +19,7 @@ Three layers, in order:
 Free-text answers have no candidate set: the state must not contain the reference answer's span.
 What wording cannot hide is checked by the reward's answer-flow check through the responder
 (``memstate.reward.answer_flow``): a state that moves the responder's answer with every memory removed carries
-answer content, whatever its words. See docs/design.md, "Reward", for what the gate can and cannot catch.
+answer content, whatever its words. See docs/reward.md, "Gates", for what the gate can and cannot catch.
 """
 
 from __future__ import annotations

@@ -16,7 +16,7 @@ Thresholds are calibrated on the project's red-team (``tests/fixtures/redteam``)
 ``benchmarks/calibrate_leak_semantic.py``: the most recall on the leaks with no legitimate rule rejected, each threshold
 then moved a safety step toward fewer rejections. The calibration's figures (precision and recall of this check alone,
 on the red-team and on a set the gate was never tuned to) are in ``benchmarks/results/leak_semantic_calibration.json``
-and docs/design.md. MiniLM is an English model of 22 M parameters: it reads synonyms of common words ("the claim is
+and docs/reward.md. MiniLM is an English model of 22 M parameters: it reads synonyms of common words ("the claim is
 accurate"), not rare ones ("recommend the camellia drink") or other languages — the lexical rules and the reward's
 answer-flow check cover those.
 
