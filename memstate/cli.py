@@ -42,6 +42,11 @@ COMMANDS: tuple[Command, ...] = (
             "tiny_models_parser", "tiny_models", example="memstate tiny-models --out runs/tiny-models"),
     Command("build-data", "Build the Instance dataset from raw source files.", "memstate.data_build.build",
             example="memstate build-data --config configs/data/fever_fixture.yaml --out runs/data/fever_fixture"),
+    Command("data", "The released datasets: fetch them into the layout the data configs read.", subcommands=(
+        Command("fetch", "Download datasets (fever, scifact, personamem, locomo, memsyco, all) as released, "
+                "checksummed and resumable.", "memstate.fetch",
+                example="memstate data fetch scifact memsyco --out data/raw"),
+    )),
     Command("train", "GRPO-train the policy (TRL GRPOTrainer).", "memstate.train.cli",
             example="memstate train --config configs/train/tiny_cpu.yaml --max_steps 20"),
     Command("reward", "Reward utilities.", subcommands=(

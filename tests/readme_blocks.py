@@ -18,6 +18,7 @@ README = ROOT / "README.md"
 # README.md's "Documentation" list links them in the same order; every docs/*.md page must be named here.
 DOCS = (
     "data",
+    "data_fetch",
     "training",
     "reward",
     "evaluation",
@@ -32,7 +33,7 @@ DOC_PAGES = tuple(ROOT / "docs" / f"{name}.md" for name in DOCS)
 SHELLS = {"bash", "sh", "shell"}
 SYNTAX_ONLY = {
     "gpu": "needs GPUs, real weights or a cluster",
-    "data": "needs the full public datasets, downloaded by the user (nothing is fetched)",
+    "data": "needs the full public datasets (`memstate data fetch` downloads them: network, gigabytes)",
     "server": "starts servers that run until stopped (the vllm/colocate CI steps and tests/test_serve_api.py run them)",
     "long": "runs for many minutes: the sycophancy experiment (CI runs it as its own step, pytest -m experiment), "
     "the whole MemSyco-Bench ingest and the full retrieval sweep (their figures are in docs/), the test suites "

@@ -16,6 +16,7 @@ ROOT = Path(__file__).resolve().parents[1]
         ("eval", "--checkpoint"),
         ("serve", "policy"),
         ("experiment sycophancy", "--quick"),  # its help strings hold "%", which argparse would %-format
+        ("data fetch", "MEMSTATE_FETCH_BASE_URL"),  # the mirror override is documented in the help
     ],
 )
 def test_every_subcommand_has_help(command, expected, capsys):
