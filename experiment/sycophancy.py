@@ -45,6 +45,7 @@ from memstate.experiment.world import (
     train_responder,
     world_letter,
 )
+from memstate.experiment.world_models import check_world
 from memstate.parsing import StageParser, activation_checkpointing
 from memstate.prompts import DEFAULT_MAX_PROMPT_TOKENS, PROMPT_VERSION
 from memstate.responders import ResponderConfig
@@ -112,6 +113,12 @@ class SycophancyConfig:
         default=DEFAULT_THRESHOLD, metadata={"help": "Largest answer-flow shift a state may cause (provisional)."}
     )
     seed: int = field(default=0, metadata={"help": "Seed of data, models, sampling and bootstrap."})
+    world: str | None = field(
+        default=None,
+        metadata={"help": "A built world (memstate experiment world; examples/sycophancy_world ships one): its "
+                  "responder and warmed-up policy instead of training them here (~12 of the ~16 minutes). Its data "
+                  "must be this run's (users and seed as it was built with)."},
+    )  # fmt: skip
     bootstrap_resamples: int = field(default=2000, metadata={"help": "Resamples of the paired bootstrap CIs."})
 
     def __post_init__(self) -> None:
@@ -342,7 +349,9 @@ def run_experiment(cfg: SycophancyConfig) -> dict:
             )
         train_set, test_set = load_split(data_dir, "train"), load_split(data_dir, "test")
 
-    models = out / "models"
+    models = out / "models" if cfg.world is None else Path(cfg.world)
+    if cfg.world is not None:
+        check_world(Path(cfg.world), data_dir)
     with timers("responder"):
         responder_dir = models / "responder"
         if not (responder_dir / "config.json").is_file():
@@ -354,7 +363,7 @@ def run_experiment(cfg: SycophancyConfig) -> dict:
         behaviour = responder_behaviour(responder, test_set, cfg.score_mode)
         logger.info("responder on held-out users: %s", behaviour)
 
-    warm = models / "policy-warmup"
+    warm = models / ("policy-warmup" if cfg.world is None else "policy")
     with timers("warmup"):
         if not (warm / "config.json").is_file():
             format_warmup(

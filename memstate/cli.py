@@ -87,6 +87,8 @@ COMMANDS: tuple[Command, ...] = (
         Command("sycophancy", "Synthetic world: train a sycophantic responder, GRPO-train the policy and two "
                 "controls, evaluate on unseen users.", "memstate.experiment.sycophancy",
                 example="memstate experiment sycophancy --out runs/sycophancy --quick"),
+        Command("world", "Build the sycophancy world's frozen responder and warmed-up policy (shipped for make demo).",
+                "memstate.experiment.world_models", example="memstate experiment world --out runs/world"),
     )),
     Command("serve", "Serve the policy (vLLM) and the reasoning-state API.", subcommands=(
         Command("policy", "Serve a checkpoint with vLLM's OpenAI-compatible server; stops it on SIGINT/SIGTERM.",

@@ -34,11 +34,13 @@ SHELLS = {"bash", "sh", "shell"}
 SYNTAX_ONLY = {
     "gpu": "needs GPUs, real weights or a cluster",
     "data": "needs the full public datasets (`memstate data fetch` downloads them: network, gigabytes)",
-    "server": "starts servers that run until stopped (the vllm/colocate CI steps and tests/test_serve_api.py run them)",
     "long": "runs for many minutes: the sycophancy experiment (CI runs it as its own step, pytest -m experiment), "
     "the whole MemSyco-Bench ingest and the full retrieval sweep (their figures are in docs/), the test suites "
     "themselves (docs/development.md)",
 }
+# Runs with its servers (tests/server_blocks.py): each `memstate serve` line starts in the background and is waited
+# for, the block's other lines run against it, the servers stop. Needs the vLLM venv (`make vllm-venv`).
+SERVER = "server"
 # The suite this test belongs to: CI runs it as its own step (.ci/run), so the README test does not recurse into it.
 TEST_COMMAND = "make test"
 # A fence may be indented (a block inside a list item); its closing fence has the same indentation.
@@ -55,7 +57,7 @@ class Block:
 
     @property
     def runs(self) -> bool:
-        return self.tag is None
+        return self.tag in (None, SERVER)
 
     @property
     def commands(self) -> str:

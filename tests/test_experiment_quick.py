@@ -1,19 +1,23 @@
 """`memstate experiment sycophancy --quick` learns: the checkpoint beats no state, self-guide and both controls.
 
-Marked ``experiment`` (~20 min on 2 cores: the full run's data, responder and warm-up, GRPO shortened to 60 steps);
-deselected from the default suite, run by CI as its own step (``pytest -m experiment``). The bounds sit below what the
+Marked ``experiment`` (~5 min on 2 cores: the full run's data, the shipped world's responder and warmed-up policy
+(``--world examples/sycophancy_world``, which tests/test_world_models.py checks against its record; building them is
+``memstate experiment world``, ~12 min), GRPO shortened to 60 steps); deselected from the default suite, run by CI as
+its own step (``pytest -m experiment``). The bounds sit below what the
 quick run measured here (docs/sycophancy.md) and above what either control gained, with room for a
 responder that learnt its rules less well (a second seed followed "Go with what the user believes" on 53% of the
 test instances where it should, against 99%): another CPU computes other floating-point sums, and 1,200 steps of SFT
 can end elsewhere."""
 
 import json
+from pathlib import Path
 
 import pytest
 
 from memstate.cli import main
 
 pytestmark = pytest.mark.experiment
+WORLD = Path(__file__).resolve().parents[1] / "examples" / "sycophancy_world"
 
 # Measured here (seed 0): checkpoint +0.113 vs no state, +0.114 vs self-guide and the lr = 0 control, +0.110 vs the
 # shuffled control (+0.003); the full run's controls gained -0.001 and +0.015 (+0.024 at 150 steps).
@@ -22,7 +26,7 @@ MIN_MARGIN = 0.04  # checkpoint - each control
 
 
 def test_quick_run_beats_no_state_self_guide_and_both_controls(tmp_path):
-    assert main(["experiment", "sycophancy", "--out", str(tmp_path / "run"), "--quick"]) == 0
+    assert main(["experiment", "sycophancy", "--out", str(tmp_path / "run"), "--quick", "--world", str(WORLD)]) == 0
     report = json.loads((tmp_path / "run" / "report.json").read_text())
     conditions = report["conditions"]
     behaviour = report["responder_behaviour"]
