@@ -21,12 +21,12 @@ $(BIN)/memstate: pyproject.toml
 
 setup: $(BIN)/memstate
 
-# The main job on the embedded default: tiny random models, FEVER fixtures, GRPO on CPU, evaluation of the best and
-# the final checkpoint. `memstate demo` runs (and prints) these commands, times them and writes runs/demo/summary.md:
-#   memstate tiny-models --out runs/tiny-models
-#   memstate build-data --config configs/data/fever_fixture.yaml --out runs/data/fever_fixture
-#   memstate train --config configs/train/tiny_cpu.yaml
-#   memstate eval --checkpoint runs/train/tiny_cpu/best --split test --temperature 1.0   (and .../final)
+# The method on CPU, on the sycophancy world with its shipped responder and warmed-up policy (examples/). `memstate
+# demo` runs (and prints) these commands, times them and writes runs/demo/summary.md (`memstate demo --pipeline`: the
+# tiny random-model exercise instead):
+#   memstate build-data --config configs/data/synthetic.yaml --out runs/data/synthetic
+#   memstate train --config configs/train/sycophancy_cpu.yaml
+#   memstate eval --checkpoint runs/train/sycophancy_cpu/best --split test --temperature 1.0 --batch_size 64
 demo: setup
 	$(BIN)/memstate demo
 

@@ -35,8 +35,9 @@ class Command:
 
 
 COMMANDS: tuple[Command, ...] = (
-    Command("demo", "The main job on the embedded default (make demo): tiny models, FEVER fixtures, GRPO on CPU, "
-            "evaluation of the best and the final checkpoint, a summary.", "memstate.experiment.demo",
+    Command("demo", "The method on CPU (make demo): the sycophancy world's data, GRPO against its shipped responder, "
+            "evaluation on unseen users (no state, self-guide, checkpoint); --pipeline: tiny random models on the "
+            "FEVER fixtures.", "memstate.experiment.demo",
             example="memstate demo --out runs/demo"),
     Command("tiny-models", "Build the tiny random-init policy, responder and tokenizer.", "memstate.cli",
             "tiny_models_parser", "tiny_models", example="memstate tiny-models --out runs/tiny-models"),
