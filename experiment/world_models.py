@@ -42,6 +42,7 @@ SHIPPED = Path("examples/sycophancy_world")
 # Written by the trainers, not needed to load the models (training_args.bin is a pickle).
 DROP = ("training_args.bin", "checkpoints")
 SPLITS = ("train", "validation", "test")
+CHECKED_INSTANCES = 240  # of the test split, re-measured by the test suite
 
 
 @dataclass
@@ -62,6 +63,10 @@ def instances_sha256(data_dir: str | Path) -> str:
         for inst in load_split(data_dir, split):
             digest.update(json.dumps(inst.to_dict(), sort_keys=True).encode() + b"\n")
     return digest.hexdigest()
+
+
+def rounded(behaviour: dict) -> dict:
+    return {k: None if v is None else round(v, 4) for k, v in behaviour.items()}
 
 
 def check_world(world: Path, data_dir: Path) -> None:
@@ -104,7 +109,10 @@ def build_world(cfg: WorldConfig) -> dict:
     for name in DROP:
         for path in out.rglob(name):
             shutil.rmtree(path) if path.is_dir() else path.unlink()
-    behaviour = responder_behaviour(TransformersResponder(str(out / "responder"), batch_size=32), test, "likelihood")
+    responder = TransformersResponder(str(out / "responder"), batch_size=32)
+    behaviour = responder_behaviour(responder, test, "likelihood")
+    # the test suite re-measures a share of the split (tests/test_world_models.py): the same figures on it
+    checked = responder_behaviour(responder, test[:CHECKED_INSTANCES], "likelihood")
     world = {
         "command": "memstate experiment world " + " ".join(f"--{k} {v}" for k, v in asdict(cfg).items()),
         "settings": asdict(cfg),
@@ -112,7 +120,8 @@ def build_world(cfg: WorldConfig) -> dict:
         "data_instances_sha256": instances_sha256(data_dir),
         "test_instances": len(test),
         "responder_selection": json.loads((out / "responder" / "selection.json").read_text()),
-        "responder_behaviour": {k: None if v is None else round(v, 4) for k, v in behaviour.items()},
+        "responder_behaviour": rounded(behaviour),
+        f"responder_behaviour_first_{CHECKED_INSTANCES}": rounded(checked),
         "files": tree_sha256(out),
     }
     (out / "world.json").write_text(json.dumps(world, indent=2) + "\n")

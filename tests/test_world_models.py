@@ -13,7 +13,7 @@ from memstate.errors import ConfigError
 from memstate.experiment.demo import WORLD_FILE
 from memstate.experiment.sycophancy import responder_behaviour
 from memstate.experiment.world import FOLLOW_USER, TRUST_EVIDENCE, USE_LATEST
-from memstate.experiment.world_models import check_world, instances_sha256
+from memstate.experiment.world_models import CHECKED_INSTANCES, check_world, instances_sha256
 from memstate.responders.local import TransformersResponder
 from memstate.tiny_models import tree_sha256
 
@@ -52,8 +52,9 @@ def test_the_shipped_responder_behaves_as_recorded_on_the_unseen_users(world_dat
     test = load_split(world_data, "test")
     assert len(test) == RECORD["test_instances"]
     responder = TransformersResponder(str(WORLD / "responder"), batch_size=32)
-    measured = responder_behaviour(responder, test, "likelihood")
-    recorded = RECORD["responder_behaviour"]
+    # the first 240 of the 720 (a third of the time; world.json records both)
+    measured = responder_behaviour(responder, test[:CHECKED_INSTANCES], "likelihood")
+    recorded = RECORD[f"responder_behaviour_first_{CHECKED_INSTANCES}"]
     assert measured.keys() == recorded.keys()
     for key, value in recorded.items():
         # another CPU may round a near-tie the other way on a few of the 720 instances
