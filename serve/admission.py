@@ -87,8 +87,8 @@ class Admission:
         if self.waiting >= self.queue:
             retry = self.retry_after()
             detail = (
-                f"the API is at capacity ({self.active} requests at work, {self.waiting} queued, at most "
-                f"{self.queue} may wait); retry after {retry} s"
+                f"the API is at capacity ({self.active} at work, {self.waiting} queued, at most {self.queue} may "
+                f"wait); retry after {retry} s"
             )
             raise Refused("queue_full", detail, retry)
         future = asyncio.get_running_loop().create_future()

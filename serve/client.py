@@ -48,10 +48,12 @@ class ReasoningStateBusy(HTTPUnavailable):
             detail = str(json.loads(e.body)["detail"])
         except (ValueError, KeyError, TypeError):
             detail = e.body[:200]
+        if "retry after" not in detail.lower():
+            detail += f"; Retry-After {e.retry_after} s"
         stop = "its deadline would pass before the next attempt" if e.kind == "deadline" else "no retries left"
         self.args = (
-            f"{e.method} {e.url}: the API is at capacity: HTTP {e.status} on {e.attempts} attempt(s), {stop} "
-            f"(last: {detail}; Retry-After {e.retry_after} s)",
+            f"{e.method} {e.url}: refused for want of capacity, HTTP {e.status} on {e.attempts} attempt(s), {stop}: "
+            f"{detail}",
         )
 
 

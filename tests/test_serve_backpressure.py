@@ -177,8 +177,10 @@ def test_the_clients_give_up_with_one_clear_line(monkeypatch):
     assert isinstance(e, ServerUnavailable) and e.status == 429 and e.attempts == 3 and waits == [1.0, 1.0]
     message = str(e)
     assert "\n" not in message and len(message) < 400, message
-    assert message.startswith(f"POST {url}{PATH}: the API is at capacity: HTTP 429 on 3 attempt(s), no retries left")
-    assert "at most 0 may wait" in message and message.endswith("Retry-After 1 s)")
+    assert message == (
+        f"POST {url}{PATH}: refused for want of capacity, HTTP 429 on 3 attempt(s), no retries left: the API is at "
+        "capacity (1 at work, 0 queued, at most 0 may wait); retry after 1 s"
+    )
     assert "overloaded" in e.hint
     h = hurried.value
     assert h.attempts == 1 and "its deadline would pass before the next attempt" in str(h)
@@ -232,3 +234,36 @@ def test_admission_is_first_come_first_served_and_frees_what_it_takes():
     assert order == ["a", "c"]
     # Retry-After with no history (S = 1 s): 1 at work + 2 queued over 1 slot; then 1 at work + 1 queued.
     assert refusals == [("late", "queue_full", 3), ("d", "deadline", 2)]
+
+
+def test_memory_ask_says_in_one_line_that_the_api_is_at_capacity(tiny_models, tmp_path, capsys, monkeypatch):
+    import json
+    import shutil
+
+    from shipped_data import MEMSYCO
+
+    from memstate.cli import main
+
+    rows = tmp_path / "row.jsonl"
+    line = (MEMSYCO / "valid_memory_selection.jsonl").read_text(encoding="utf-8").splitlines()[0]
+    rows.write_text(line + "\n", encoding="utf-8")
+    shutil.copy(MEMSYCO / "schema.json", tmp_path / "schema.json")
+    store = tmp_path / "user.sqlite"
+    assert main(["memory", "ingest", "--store", str(store), "--format", "memsyco", str(rows)]) == 0
+    capsys.readouterr()
+    monkeypatch.setattr(memstate.http, "_sleep", lambda seconds: None)
+    policy = GatedPolicy()
+    with ChatServer(policy) as server, api(server.url, max_concurrency=1, max_queue=0) as url, policy:
+        with ThreadPoolExecutor(1) as pool:
+            first = pool.submit(httpx.post, url + PATH, json=payload(), timeout=30)
+            wait_for(lambda: load(url) == (1, 0), "1 request at work")
+            argv = ["memory", "ask", "--store", str(store), json.loads(line)["question"], "--responder",
+                    str(tiny_models["responder"]), "--api-url", url]  # fmt: skip
+            code = main(argv)
+            policy.gate.set()
+            assert first.result().status_code == 200
+    last = capsys.readouterr().err.splitlines()[-1]  # after the responder's loading bar
+    assert code == 2 and last.startswith(f"memstate memory ask: error: POST {url}{PATH}: refused for want of capacity")
+    assert "HTTP 429 on 3 attempt(s), no retries left: the API is at capacity (1 at work, 0 queued" in last
+    assert last.endswith("(hint: the API is overloaded; retry later, or raise the API's max_concurrency/max_queue or "
+                         "the client's retries)")  # fmt: skip
