@@ -158,7 +158,7 @@ def summarize(outcomes: list[Outcome], rate: float | None, sent_s: float, wall_s
         "sent": len(outcomes),
         "sent_per_s": round(len(outcomes) / sent_s, 2) if sent_s else None,
         "answered_200": len(ok),
-        "throughput_per_s": round(len(ok) / wall_s, 2),
+        "throughput_per_s": round(len(ok) / wall_s, 2) if wall_s else None,
         "p50_ms": round(percentile(ms, 0.5), 1) if ms else None,
         "p99_ms": round(percentile(ms, 0.99), 1) if ms else None,
         "mean_ms": round(statistics.fmean(ms), 1) if ms else None,
@@ -256,8 +256,8 @@ def main() -> None:
             phase = summarize(run["outcomes"], load * rate, run["sent_s"], run["wall_s"])
             phase["api_counted"] = counted(before, scrape(url))
             phases[f"{load:g}x"] = phase
-            print(f"{load:g}x: {phase['throughput_per_s']} answered/s, p50 {phase['p50_ms']} ms, p99 "
-                  f"{phase['p99_ms']} ms, shed {phase['shed_share']:.1%}, 5xx {phase['5xx']}", flush=True)  # fmt: skip
+            print(f"{load:g}x: {phase['sent']} sent, {phase['throughput_per_s']} answered/s, p50 {phase['p50_ms']} ms, "
+                  f"p99 {phase['p99_ms']} ms, shed {phase['shed']}, 5xx {phase['5xx']}", flush=True)  # fmt: skip
     finally:
         if api is not None:
             stop_group(api)
