@@ -136,16 +136,23 @@ def scrape(url: str) -> dict[tuple, float]:
 
 
 def counted(before: dict, after: dict) -> dict:
-    """What the API counted in between: requests by status on the endpoint, sheds by reason."""
+    """What the API counted in between: requests by status on the endpoint, sheds by reason, and the mean wait for a
+    slot, time in the handler (answered requests, the wait included) and policy call: what a client waited beyond
+    them was spent outside the handler (connection, parsing, an event loop short of CPU)."""
     delta = {k: after[k] - before.get(k, 0.0) for k in after if after[k] - before.get(k, 0.0)}
-    waited = delta.get(("memstate_api_queue_seconds_count",))
-    wait_s = delta.get(("memstate_api_queue_seconds_sum",), 0.0)
+
+    def mean_ms(histogram: str) -> float | None:
+        n = delta.get((f"{histogram}_count",))
+        return round(1000 * delta.get((f"{histogram}_sum",), 0.0) / n, 1) if n else None
+
     return {
         "requests_by_status": {
             k[2]: int(v) for k, v in sorted(delta.items()) if k[0] == "memstate_api_requests_total" and k[1] == PATH
         },
         "shed_by_reason": {k[1]: int(v) for k, v in sorted(delta.items()) if k[0] == "memstate_api_shed_total"},
-        "queue_wait_mean_ms": round(1000 * wait_s / waited, 1) if waited else None,
+        "queue_wait_mean_ms": mean_ms("memstate_api_queue_seconds"),
+        "handler_mean_ms": mean_ms("memstate_api_request_seconds"),
+        "policy_call_mean_ms": mean_ms("memstate_api_policy_seconds"),
     }
 
 
