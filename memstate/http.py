@@ -119,7 +119,8 @@ class HTTPUnavailable(ServerUnavailable):
     """No usable reply after every attempt. ``errors``: one line per attempt (a last line saying so when the deadline
     ended the call); ``kind`` of the last failure: ``timeout``, ``transport``, ``status`` (429/5xx; ``status`` and
     ``body`` say which), ``reply`` (malformed) or ``deadline`` (``HTTPSettings.deadline`` passed: during an attempt,
-    or before a retry whose wait would pass it)."""
+    or before a retry whose wait would pass it; ``status`` and ``body`` then those of the last reply, if any).
+    ``retry_after``: the last reply's ``Retry-After`` header (None: it sent none)."""
 
     def __init__(
         self,
@@ -132,8 +133,10 @@ class HTTPUnavailable(ServerUnavailable):
         *,
         attempts: int | None = None,
         deadline: float | None = None,
+        retry_after: str | None = None,
     ):
         self.method, self.url, self.errors, self.kind, self.status, self.body = method, url, errors, kind, status, body
+        self.retry_after, self.deadline = retry_after, deadline
         self.attempts, self.last = len(errors) if attempts is None else attempts, errors[-1] if errors else ""
         # The first ``attempts`` lines are the attempts' errors; a line after them says why no attempt followed.
         history = "; ".join(f"attempt {i}: {e}" if i <= self.attempts else e for i, e in enumerate(errors, 1))
@@ -189,6 +192,15 @@ def retry_delay(settings: HTTPSettings, attempt: int, retry_after: str | None, r
     return rng.uniform(0.0, min(settings.max_delay, settings.backoff * 2 ** (attempt - 1)))
 
 
+def _last_reply(last: _Retry | None) -> dict[str, Any]:
+    """``HTTPUnavailable``'s ``status``, ``body`` and ``retry_after`` from the reply of the failed attempt ``last``."""
+    response = None if last is None else last.response
+    if response is None:
+        return {}
+    text, retry_after = response.text[:300], response.headers.get("retry-after")
+    return {"status": response.status_code, "body": text, "retry_after": retry_after}
+
+
 class _Base:
     """What the sync and async clients share: settings, counters, and the judgement of one attempt."""
 
@@ -237,15 +249,7 @@ class _Base:
 
     def _give_up(self, method: str, path: str, errors: list[str], last: _Retry) -> HTTPUnavailable:
         self.stats.count("gave_up")
-        response = last.response
-        return HTTPUnavailable(
-            method,
-            self.url(path),
-            errors,
-            last.kind,
-            response.status_code if response is not None else None,
-            response.text[:300] if response is not None else "",
-        )
+        return HTTPUnavailable(method, self.url(path), errors, last.kind, **_last_reply(last))
 
     def _wait(self, attempt: int, last: _Retry) -> float:
         header = last.response.headers.get("retry-after") if last.response is not None else None
@@ -256,12 +260,15 @@ class _Base:
         deadline = self.settings.deadline
         return None if deadline is None else deadline - (time.monotonic() - start)
 
-    def _past_deadline(self, method: str, path: str, errors: list[str], attempts: int, note: str) -> HTTPUnavailable:
+    def _past_deadline(
+        self, method: str, path: str, errors: list[str], attempts: int, note: str, last: _Retry | None = None
+    ) -> HTTPUnavailable:
         self.stats.count("gave_up")
         deadline = self.settings.deadline
         return HTTPUnavailable(
-            method, self.url(path), [*errors, note], "deadline", attempts=attempts, deadline=deadline
-        )
+            method, self.url(path), [*errors, note], "deadline", attempts=attempts, deadline=deadline,
+            **_last_reply(last),
+        )  # fmt: skip
 
     def _after_failure(
         self, method: str, path: str, errors: list[str], attempt: int, attempts: int, start: float, last: _Retry
@@ -272,13 +279,13 @@ class _Base:
         left = self._left(start)
         if left is not None and left <= 0:
             note = f"the {self.settings.deadline:g} s deadline passed"
-            raise self._past_deadline(method, path, errors, attempt, note) from None
+            raise self._past_deadline(method, path, errors, attempt, note, last) from None
         if attempt == attempts:
             raise self._give_up(method, path, errors, last) from None
         wait = self._wait(attempt, last)
         if left is not None and wait >= left:
             note = f"the next attempt would start after the {self.settings.deadline:g} s deadline (wait {wait:.2g} s)"
-            raise self._past_deadline(method, path, errors, attempt, note) from None
+            raise self._past_deadline(method, path, errors, attempt, note, last) from None
         self.stats.count("retries")
         return wait
 

@@ -8,9 +8,12 @@ asked for once more (``format_retries``); if it
 still fails, the answer is 200 with ``format_ok: false`` and no rules, so the caller can answer without a state.
 
 Status codes: 400 malformed JSON; 401 missing/wrong bearer token (only when a key is configured); 413 body over
-``max_body_bytes``; 422 a field missing, mistyped or over a limit, or a relation naming an unknown fact; 502 the
-policy answered with an error or garbage; 503 the policy is unreachable; 504 it did not answer within
-``timeout_s``. ``GET /healthz`` (is the policy reachable?) and ``GET /metrics`` (Prometheus) need no token.
+``max_body_bytes``; 422 a field missing, mistyped or over a limit, or a relation naming an unknown fact; 429 the API
+is at capacity (``max_concurrency`` requests at work and ``max_queue`` waiting), with ``Retry-After``; 502 the policy
+answered with an error or garbage; 503 the policy is unreachable, or (with ``Retry-After``) the request waited in the
+queue past its deadline (``queue_timeout_s``, or the request's ``X-Request-Timeout`` header when shorter); 504 the
+policy did not answer within ``timeout_s``. ``GET /healthz`` (is the policy reachable?) and ``GET /metrics``
+(Prometheus) need no token. Admission and the ``Retry-After`` rule: ``serve/admission.py``.
 """
 
 # No `from __future__ import annotations`: FastAPI resolves the dependency annotations of the closures in
@@ -19,6 +22,7 @@ import asyncio
 import hmac
 import json
 import logging
+import math
 import os
 import time
 from collections.abc import Iterator
@@ -27,11 +31,11 @@ from dataclasses import asdict, dataclass, field
 from typing import Annotated
 
 import httpx
-from fastapi import Depends, FastAPI, HTTPException, Request
+from fastapi import Depends, FastAPI, Header, HTTPException, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from pydantic import BaseModel
 
 from memstate.chat import CHAT_COMPLETIONS, ChatReply, achat, chat_request
@@ -41,6 +45,7 @@ from memstate.leak import leak_reason
 from memstate.prompts import DEFAULT_MAX_PROMPT_TOKENS, PROMPT_VERSION, fit_policy_prompt, policy_request_messages
 from memstate.rules import FormatError, parse_completion
 from memstate.schema import Fact, Relation
+from memstate.serve.admission import Admission, Refused
 from memstate.serve.shapes import ReasoningStateRequest, ReasoningStateResponse
 
 logger = logging.getLogger("memstate.serve")
@@ -76,7 +81,22 @@ class ApiConfig:
                   "(backoff with jitter). Default none: the caller's client retries the 502/503/504 instead."},
     )  # fmt: skip
     policy_backoff_s: float = field(default=0.2, metadata={"help": "First policy retry's longest wait (doubles)."})
-    max_concurrency: int = field(default=64, metadata={"help": "Policy calls in flight; more requests queue."})
+    max_concurrency: int = field(
+        default=64,
+        metadata={"help": "Requests at work (each makes its policy calls one after another, so also the policy calls "
+                  "in flight); more wait in the queue."},
+    )  # fmt: skip
+    max_queue: int | None = field(
+        default=None,
+        metadata={"help": "Requests that may wait for a slot; more are refused at once with 429 and Retry-After. "
+                  "Default: max_concurrency (an admitted request then waits about one request's time at most); "
+                  "0: no waiting."},
+    )  # fmt: skip
+    queue_timeout_s: float = field(
+        default=30.0,
+        metadata={"help": "Longest wait for a slot (the request's X-Request-Timeout header, in seconds, when "
+                  "shorter); a request still queued then gets 503 and Retry-After, and is never worked on."},
+    )  # fmt: skip
     api_key_env: str = field(
         default="MEMSTATE_API_KEY",
         metadata={"help": "Environment variable holding the bearer token; when it is unset or empty, no auth."},
@@ -91,6 +111,19 @@ class ApiConfig:
     host: str = field(default="127.0.0.1", metadata={"help": "Address the API listens on."})
     port: int = field(default=8080, metadata={"help": "Port the API listens on."})
 
+    def __post_init__(self) -> None:
+        if self.max_concurrency < 1:
+            raise ValueError(f"max_concurrency must be at least 1, got {self.max_concurrency}")
+        if self.max_queue is not None and self.max_queue < 0:
+            raise ValueError(f"max_queue must be 0 or more (or null: max_concurrency), got {self.max_queue}")
+        if not (math.isfinite(self.queue_timeout_s) and self.queue_timeout_s > 0):
+            raise ValueError(f"queue_timeout_s must be a positive number of seconds, got {self.queue_timeout_s}")
+
+    @property
+    def queue(self) -> int:
+        """``max_queue``, its default resolved."""
+        return self.max_concurrency if self.max_queue is None else self.max_queue
+
 
 # --- error bodies (the request and the answer: shapes.py) --------------------------------------------------------
 
@@ -99,7 +132,12 @@ class ErrorBody(BaseModel):
     detail: str
 
 
-ERRORS = {code: {"model": ErrorBody} for code in (400, 401, 413, 422, 502, 503, 504)}
+ERRORS: dict = {code: {"model": ErrorBody} for code in (400, 401, 413, 422, 429, 502, 503, 504)}
+_RETRY_AFTER = "Seconds to wait before retrying (serve/admission.py: the backlog's time to clear at the recent pace)."
+ERRORS[429]["headers"] = {"Retry-After": {"description": _RETRY_AFTER, "required": True, "schema": {"type": "integer"}}}
+ERRORS[503]["headers"] = {"Retry-After": {"description": _RETRY_AFTER + " Only when the request waited past its "
+                                          "deadline in the queue.", "schema": {"type": "integer"}}}  # fmt: skip
+ERRORS[429]["description"] = "The API is at capacity: retry after Retry-After seconds."
 
 
 class PolicyError(Exception):
@@ -311,6 +349,14 @@ def create_app(config: ApiConfig, *, policy_transport: httpx.AsyncBaseTransport 
         "memstate_api_states_naming_an_option", "States that name one of the request's options", registry=registry
     )
     truncated = Counter("memstate_api_facts_truncated", "Facts left out to fit the prompt budget", registry=registry)
+    admission = Admission(config.max_concurrency, config.queue)
+    shed = Counter("memstate_api_shed", "Requests refused before any work: queue_full (429), deadline (503)",
+                   ["reason"], registry=registry)  # fmt: skip
+    queue_wait = Histogram("memstate_api_queue_seconds", "Wait for a slot of admitted requests", registry=registry)
+    Gauge("memstate_api_queue_depth", "Requests waiting for a slot", registry=registry).set_function(
+        lambda: admission.waiting
+    )
+    Gauge("memstate_api_in_flight", "Requests at work", registry=registry).set_function(lambda: admission.active)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
@@ -352,9 +398,38 @@ def create_app(config: ApiConfig, *, policy_transport: httpx.AsyncBaseTransport 
         responses=ERRORS,
         dependencies=[Depends(authorize)],
     )
-    async def reasoning_state(body: ReasoningStateRequest, request: Request) -> ReasoningStateResponse:
+    async def reasoning_state(
+        body: ReasoningStateRequest,
+        request: Request,
+        x_request_timeout: Annotated[
+            float | None,
+            Header(
+                gt=0,
+                allow_inf_nan=False,
+                description="Seconds the client waits for the answer: the request waits for a slot no longer than "
+                "this (nor than queue_timeout_s), else it gets 503 with Retry-After.",
+            ),
+        ] = None,
+    ) -> ReasoningStateResponse:
         started = time.perf_counter()
         facts, relations = check_request(body, config)
+        budget, why = config.queue_timeout_s, " (queue_timeout_s)"
+        if x_request_timeout is not None and x_request_timeout < budget:
+            budget, why = x_request_timeout, " (the request's X-Request-Timeout)"
+        try:
+            async with admission.slot(budget, why) as waited:
+                queue_wait.observe(waited)
+                return await answer(body, facts, relations, request.app.state.policy, started)
+        except Refused as e:
+            shed.labels(e.reason).inc()
+            logger.info("request refused (%s): %s", e.reason, e.detail)
+            status = 429 if e.reason == "queue_full" else 503
+            raise HTTPException(status, e.detail, headers={"Retry-After": str(e.retry_after)}) from None
+
+    async def answer(
+        body: ReasoningStateRequest, facts: list[Fact], relations: list[Relation], policy: PolicyClient, started: float
+    ) -> ReasoningStateResponse:
+        """The work of one admitted request: prompt, policy calls, parse, leak gate."""
         if tokenizer is not None:
             messages, dropped = fit_policy_prompt(
                 tokenizer, body.question, body.options, facts, relations, max_prompt_tokens
@@ -362,7 +437,6 @@ def create_app(config: ApiConfig, *, policy_transport: httpx.AsyncBaseTransport 
             truncated.inc(dropped)
         else:
             messages, dropped = policy_request_messages(body.question, body.options, facts, relations), 0
-        policy: PolicyClient = request.app.state.policy
         attempts, text, state = 0, "", None
         while attempts <= config.format_retries:
             attempts += 1

