@@ -83,9 +83,12 @@ class SearchMixin:
         query = match_query(text)
         if query is None or k <= 0:
             return []
+        # Only facts the index has loaded: another process may commit between this store's last sync and this query,
+        # and a fact the index does not know would be a KeyError downstream (tests/test_memory_concurrent.py).
         rows = self._db.execute(
-            "SELECT rowid, bm25(facts_fts) FROM facts_fts WHERE facts_fts MATCH ? ORDER BY rank, rowid DESC LIMIT ?",
-            (query, k),
+            "SELECT rowid, bm25(facts_fts) FROM facts_fts WHERE facts_fts MATCH ? AND rowid <= ? "
+            "ORDER BY rank, rowid DESC LIMIT ?",
+            (query, self._index.last_fact, k),
         )
         return [(fact_id(num), -score) for num, score in rows]
 

@@ -24,6 +24,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import sqlite3
+import time
 from collections import defaultdict
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -193,6 +194,24 @@ class _Index:
         return None if i is None else self.kinds[i]
 
 
+BUSY_TIMEOUT_S = 60.0  # how long a writer waits for another process's write transaction
+
+
+def _set_wal(db: sqlite3.Connection) -> None:
+    """WAL mode. Switching a new file's journal mode does not wait on SQLite's busy handler: when several processes
+    open a new store at once, all but one are told "database is locked" at once (tests/test_memory_concurrent.py);
+    they retry here for as long as a writer would wait."""
+    deadline = time.monotonic() + BUSY_TIMEOUT_S
+    while True:
+        try:
+            db.execute("PRAGMA journal_mode = WAL")
+            return
+        except sqlite3.OperationalError as e:
+            if "locked" not in str(e) or time.monotonic() > deadline:
+                raise
+            time.sleep(0.02)
+
+
 class MemoryStore(CommitMixin, SearchMixin):
     """One SQLite memory file. ``embedder`` None: the one the store was created with (MiniLM for a new store).
 
@@ -209,8 +228,8 @@ class MemoryStore(CommitMixin, SearchMixin):
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self.context_k, self.context_per_turn = context_k, context_per_turn
-        self._db = sqlite3.connect(self.path, isolation_level=None, timeout=60.0)
-        self._db.execute("PRAGMA journal_mode = WAL")
+        self._db = sqlite3.connect(self.path, isolation_level=None, timeout=BUSY_TIMEOUT_S)
+        _set_wal(self._db)
         self._db.execute("PRAGMA synchronous = NORMAL")
         self._db.execute("PRAGMA foreign_keys = ON")
         try:

@@ -50,7 +50,8 @@ CHILD = textwrap.dedent(
                     report["hits"] += bool(found)
         store.close()
     except Exception as e:
-        report["errors"].append(f"{type(e).__name__}: {e}")
+        import traceback
+        report["errors"].append(traceback.format_exc())
     out.write_text(json.dumps(report))
     """
 )
