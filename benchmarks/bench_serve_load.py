@@ -40,6 +40,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
+from bench_serve import api_healthy
 from prometheus_client.parser import text_string_to_metric_families
 from results_io import report
 
@@ -243,7 +244,7 @@ def main() -> None:
             api = subprocess.Popen(api_cmd, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, **quiet},
                                    process_group=0)  # fmt: skip
         deadline = time.monotonic() + 120
-        while not healthy(url):
+        while not api_healthy(url):
             if api.poll() is not None or time.monotonic() > deadline:
                 raise RuntimeError(f"API did not come up:\n{log_tail(work / 'api.log')}")
             time.sleep(0.5)
@@ -330,13 +331,6 @@ def the_bar(phases: dict) -> dict:
     }
     bar["met"] = all(v for k, v in bar.items() if k != "p99_2x_over_p99_half")
     return bar
-
-
-def healthy(url: str) -> bool:
-    try:
-        return httpx.get(f"{url}/healthz", timeout=2).status_code == 200
-    except httpx.HTTPError:
-        return False
 
 
 if __name__ == "__main__":
