@@ -81,10 +81,6 @@ def tiny_config(tokenizer: PreTrainedTokenizerFast) -> Qwen3Config:
     )
 
 
-def replace_positions(config: Qwen3Config, positions: int) -> Qwen3Config:
-    return Qwen3Config(**(config.to_dict() | {"max_position_embeddings": positions}))
-
-
 def build_tiny_models(out_dir: str | Path) -> dict[str, Path]:
     """Write ``out_dir/policy`` and ``out_dir/responder`` (weights + tokenizer each); return their paths."""
     out_dir = Path(out_dir)
@@ -96,7 +92,8 @@ def build_tiny_models(out_dir: str | Path) -> dict[str, Path]:
         # The policy stands in for Qwen3-4B-Instruct, whose context is far longer than the production budget (8192 +
         # 512): 32k positions let the production config's dry run, and serving at the trained budget, run with it.
         # RoPE has no weights per position, so this changes no weight.
-        model = Qwen3ForCausalLM(replace_positions(config, 32768) if name == "policy" else config)
+        positions = {"max_position_embeddings": 32768} if name == "policy" else {}
+        model = Qwen3ForCausalLM(Qwen3Config(**(config.to_dict() | positions)))
         model.generation_config.eos_token_id = tokenizer.eos_token_id
         model.generation_config.pad_token_id = tokenizer.pad_token_id
         path = out_dir / name
