@@ -47,8 +47,10 @@ from typing import Any
 import numpy as np
 
 from memstate.embedding import Embedder
+from memstate.evaluate.stats import paired_difference_ci
 from memstate.memory.extract import Extractor
 from memstate.memory.ingest import memsyco_sessions
+from memstate.memory.retrieve import retrieve
 from memstate.memory.rule_extractor import topic
 from memstate.memory.store import MemoryStore
 from memstate.sources.memsyco import load_memsyco
@@ -57,6 +59,7 @@ OUTDATED_MIN = 0.45
 CURRENT_MIN = 0.3
 MARGIN = 0.03
 _EXAMPLES = 5
+TRAVERSAL_DEPTHS = (0, 2)  # evomem without traversal, and with its default depth
 
 
 def word_share(item: str, text: str) -> float:
@@ -126,16 +129,19 @@ def relation_scores(
     embedder: Embedder,
     *,
     examples: int = _EXAMPLES,
+    budget_tokens: int | None = None,
 ) -> dict[str, Any]:
     """Ingest each row's dialogue with a fresh ``extractor_factory()`` into its own store (``embedder``, which the
     matcher uses too) and score the relations drawn; see the module docstring. Rows without exactly one current
-    and one outdated item are skipped (counted)."""
+    and one outdated item are skipped (counted). ``budget_tokens``: also what evomem's traversal adds at that budget
+    (``traversal``)."""
     n = skipped = matched = correct_rows = 0
     sup = Counter()
     conflicts = Counter()
     wrong: Counter[str] = Counter()
     rejected: Counter[str] = Counter()
     shown: list[dict[str, Any]] = []
+    found: dict[int, list[dict[str, float]]] = {depth: [] for depth in TRAVERSAL_DEPTHS}
     with tempfile.TemporaryDirectory(prefix="relations-") as tmp:
         for k, row in enumerate(rows):
             raw = _raw(row)
@@ -153,6 +159,10 @@ def relation_scores(
                 reports = store.ingest(memsyco_sessions(raw), extractor_factory())
                 facts = {f.id: f for f in store.facts()}
                 edges = store.relations()
+                if budget_tokens is not None:
+                    for depth in TRAVERSAL_DEPTHS:
+                        got = retrieve(store, raw["question"], budget_tokens=budget_tokens, depth=depth)
+                        found[depth].append(_found({labels.get(_turn_of(facts[i].source)) for i in got.store_ids}))
             rejected.update(r.reason for rep in reports for r in rep.rejected if r.what.startswith("relation"))
             row_ok = False
             for src, rel, dst in edges:
@@ -194,6 +204,7 @@ def relation_scores(
         },
         "conflicts_with": {"drawn": conflicts["drawn"], "between_items": conflicts["between_items"]},
         "rejected_relations": dict(rejected.most_common()),
+        **({"traversal": _traversal(found, budget_tokens)} if budget_tokens is not None else {}),
         "matcher": {
             "outdated_min": OUTDATED_MIN,
             "current_min": CURRENT_MIN,
@@ -201,6 +212,25 @@ def relation_scores(
             "embedder": embedder.name,
         },
     }
+
+
+def _found(labels: set[str | None]) -> dict[str, float]:
+    current, outdated = "current" in labels, "outdated" in labels
+    return {"current": float(current), "outdated": float(outdated), "outdated_only": float(outdated and not current)}
+
+
+def _traversal(found: dict[int, list[dict[str, float]]], budget: int) -> dict[str, Any]:
+    """Per depth, the share of rows whose retrieved facts include a current turn, an outdated turn, and an outdated
+    turn without any current one (the case relations are for); the last depth against depth 0, paired by row."""
+    first, last = TRAVERSAL_DEPTHS[0], TRAVERSAL_DEPTHS[-1]
+    out: dict[str, Any] = {"budget_tokens": budget, "backend": "evomem", "rows": len(found[first])}
+    for depth, rows in found.items():
+        out[f"depth_{depth}"] = {m: round(float(np.mean([r[m] for r in rows])), 4) if rows else None
+                                 for m in ("current", "outdated", "outdated_only")}  # fmt: skip
+    for m in ("current", "outdated_only"):
+        ci = paired_difference_ci([r[m] for r in found[last]], [r[m] for r in found[first]])
+        out[f"{m}_depth_{last}_minus_{first}"] = ci.as_dict() if ci else None
+    return out
 
 
 def extractor_factory(name: str, embedder: Embedder | None) -> Callable[[], Extractor]:
@@ -230,11 +260,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument(
         "--extractor-embedder", action="store_true", help="give the extractor the embedder too (cosine same-thing test)"
     )
+    p.add_argument("--budget", type=int, default=565, help="token budget of the traversal measurement (0: none)")
     args = p.parse_args(argv)
     embedder = default_embedder()
     rows = load_memsyco(args.file)[_slice(args.rows)]
     factory = extractor_factory(args.extractor, embedder if args.extractor_embedder else None)
-    out = relation_scores(rows, factory, embedder)
+    out = relation_scores(rows, factory, embedder, budget_tokens=args.budget or None)
     out["input"] = {
         "file": str(args.file),
         "rows": args.rows,

@@ -52,18 +52,22 @@ from memstate.memory.backends import backend_names, get_backend
 from memstate.memory.cli import EXTRACTORS, store_name
 from memstate.memory.extract import DEFAULT_EXTRACTOR, make_extractor
 from memstate.memory.ingest import locomo_sessions
+from memstate.memory.retrieve import BUDGET_SEEDS
 from memstate.memory.search import match_query
+from memstate.memory.tokens import TOKENIZER, TokenCounter, token_counter, within_budget
 from memstate.sources.locomo import LocomoSample, read_locomo
 from memstate.sources.memsyco import load_memsyco
 
 logger = logging.getLogger("memstate.evaluate.retrieval")
 
 BM25 = "bm25_turns"
+# Stores of an older format are not reused: 2 = turn labels with the day only, vectors with the fact before (issue 45).
+FACT_FORMAT = 2
+BM25_BUDGET_POOL = 100  # turns ranked before a budget is filled (~45 of LoCoMo's fit 565 tokens at the most)
 NAIVE = "naive"
 METRICS = ("recall", "hit", "complete")
 # LoCoMo's categories as most follow-up work reads them (the release does not name them).
 CATEGORY_NAMES = {1: "multi-hop", 2: "temporal", 3: "open-domain", 4: "single-hop", 5: "adversarial"}
-TOKENIZER = "all-MiniLM-L6-v2 WordPiece (bert-base-uncased vocabulary, no special tokens)"
 
 
 # ---- scoring ---------------------------------------------------------------------------------------------------------
@@ -78,31 +82,6 @@ def score(evidence: Sequence[str], sources: Iterable[str | None]) -> dict[str, f
     wanted = set(evidence)
     found = wanted & set(sources)
     return {"recall": len(found) / len(wanted), "hit": float(bool(found)), "complete": float(found == wanted)}
-
-
-class TokenCounter:
-    """Prompt tokens of retrieved texts (see ``TOKENIZER``), offline from the packaged MiniLM. WordPiece splits on
-    whitespace first, so the newline-joined block counts as the sum of its texts: each text is counted once."""
-
-    def __init__(self) -> None:
-        from transformers import AutoTokenizer
-
-        from memstate.embedding import default_model_path
-
-        self._tok = AutoTokenizer.from_pretrained(default_model_path(), local_files_only=True).backend_tokenizer
-        # The model's tokenizer.json pads and truncates to 128 tokens for encoding; a count does neither.
-        self._tok.no_padding()
-        self._tok.no_truncation()
-        self._cache: dict[str, int] = {}
-
-    def count_text(self, text: str) -> int:
-        return len(self._tok.encode(text, add_special_tokens=False).ids)
-
-    def __call__(self, texts: Sequence[str]) -> int:
-        new = [t for t in dict.fromkeys(texts) if t not in self._cache]
-        for text, enc in zip(new, self._tok.encode_batch(new, add_special_tokens=False), strict=True):
-            self._cache[text] = len(enc.ids)
-        return sum(self._cache[t] for t in texts)
 
 
 # ---- the BM25 baseline -----------------------------------------------------------------------------------------------
@@ -156,13 +135,15 @@ def select_questions(samples: Sequence[LocomoSample], categories: Sequence[int])
 
 
 def _check_store_settings(store_dir: Path, settings: dict[str, Any]) -> None:
-    """Stores are reused only with the extractor they were built with (the store itself checks the embedder)."""
+    """Stores are reused only with the extractor and fact format they were built with (the store itself checks the
+    embedder)."""
     path = store_dir / "ingest.json"
     if path.is_file():
         before = json.loads(path.read_text())
-        if before.get("extractor") != settings["extractor"]:
-            raise ConfigError(f"{store_dir}: stores were built with extractor {before.get('extractor')!r}, not "
-                              f"{settings['extractor']!r}: give another --out, or delete {store_dir}")  # fmt: skip
+        for key in ("extractor", "fact_format"):
+            if before.get(key) != settings[key]:
+                raise ConfigError(f"{store_dir}: stores were built with {key} {before.get(key)!r}, not "
+                                  f"{settings[key]!r}: give another --out, or delete {store_dir}")  # fmt: skip
     store_dir.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(settings))
 
@@ -190,11 +171,14 @@ def _measure_sample(
     questions: list[Question],
     backends: Sequence[str],
     ks: Sequence[int],
+    budgets: Sequence[int],
+    depth: int,
     tokens: TokenCounter,
     warmup: dict[str, float],
     bar: tqdm,
 ) -> list[dict[str, Any]]:
-    """One record per question: every backend@k and bm25_turns@k scored, and naive at each backend's fact count."""
+    """One record per question: every backend and bm25_turns at each k and token budget scored, and naive at each
+    backend@k's fact count."""
     from memstate.memory.retrieve import retrieve
 
     facts = {f.id: f.source for f in store.facts()}
@@ -212,7 +196,7 @@ def _measure_sample(
         for k in ks:
             for backend in backends:
                 start = time.perf_counter()
-                got = retrieve(store, q.text, k=k, backend=backend)
+                got = retrieve(store, q.text, k=k, backend=backend, depth=depth)
                 ms = 1000 * (time.perf_counter() - start)
                 n = len(got.store_ids)
                 sources = [facts.get(i) for i in got.store_ids]
@@ -227,6 +211,18 @@ def _measure_sample(
             hits = turns.search(q.text, k)
             ms = 1000 * (time.perf_counter() - start)
             rec["systems"][f"{BM25}@{k}"] = _row(q, [s for s, _ in hits], [t for _, t in hits], ms, tokens)
+        for budget in budgets:
+            for backend in backends:
+                start = time.perf_counter()
+                got = retrieve(store, q.text, backend=backend, budget_tokens=budget, depth=depth)
+                ms = 1000 * (time.perf_counter() - start)
+                sources = [facts.get(i) for i in got.store_ids]
+                rec["systems"][f"{backend}@{budget}tok"] = _row(q, sources, [f.text for f in got.facts], ms, tokens)
+            start = time.perf_counter()
+            hits = turns.search(q.text, BM25_BUDGET_POOL)
+            hits = [hits[i] for i in within_budget(tokens.counts([t for _, t in hits]), budget)]
+            ms = 1000 * (time.perf_counter() - start)
+            rec["systems"][f"{BM25}@{budget}tok"] = _row(q, [s for s, _ in hits], [t for _, t in hits], ms, tokens)
         records.append(rec)
         bar.update(1)
     turns.close()
@@ -249,7 +245,7 @@ def _coverage(stored: dict[str, set[str | None]], questions: list[Question]) -> 
 
 
 def summarize(records: list[dict[str, Any]], systems: list[str], backends: Sequence[str], ks: Sequence[int],
-              n_resamples: int = 2000) -> dict[str, Any]:  # fmt: skip
+              budgets: Sequence[int] = (), n_resamples: int = 2000) -> dict[str, Any]:  # fmt: skip
     """``results``, ``per_category`` and ``comparisons`` (paired per question) from the per-question records."""
     results: dict[str, Any] = {}
     for name in systems:
@@ -291,6 +287,18 @@ def summarize(records: list[dict[str, Any]], systems: list[str], backends: Seque
                     entry["equal_facts"][f"naive_{m}"] = float(np.mean([x[m] for x in eq]))
                     entry["equal_facts"][f"{m}_diff"] = ci.as_dict() if ci else None
             comparisons[name] = entry
+    for budget in budgets:  # at the same budget: against bm25_turns, and (where it ran) naive
+        cut = f"{budget}tok"
+        for backend in backends:
+            name = f"{backend}@{cut}"
+            entry = {}
+            for other in (BM25, NAIVE) if backend != NAIVE and NAIVE in backends else (BM25,):
+                for m in ("recall", "hit"):
+                    ci = paired_difference_ci([r["systems"][name][m] for r in records],
+                                              [r["systems"][f"{other}@{cut}"][m] for r in records],
+                                              n_resamples=n_resamples)  # fmt: skip
+                    entry[f"{m}_vs_{other}"] = ci.as_dict() if ci else None
+            comparisons[name] = entry
     return {"results": results, "per_category": per_category, "comparisons": comparisons}
 
 
@@ -304,6 +312,8 @@ def evaluate_retrieval(
     *,
     backends: Sequence[str] | None = None,
     ks: Sequence[int] = (5, 10, 20),
+    budgets: Sequence[int] = (565,),
+    depth: int = 2,
     categories: Sequence[int] = (1, 2, 3, 4),
     extractor: str = "turns",
     extractor_url: str | None = None,
@@ -322,6 +332,9 @@ def evaluate_retrieval(
     ks = sorted(set(ks))
     if not ks or ks[0] < 1:
         raise ConfigError(f"--k: every k must be at least 1, got {ks}")
+    budgets = sorted(set(budgets))
+    if budgets and budgets[0] < 1:
+        raise ConfigError(f"--budget: every budget must be at least 1 token, got {budgets}")
     if not categories or not set(categories) <= set(CATEGORY_NAMES):
         raise ConfigError(f"--categories: each must be one of 1..5, got {list(categories)}")
     data_path = Path(data_path)
@@ -333,14 +346,15 @@ def evaluate_retrieval(
     questions, left_out = select_questions(data.samples, categories)
     if not questions:
         raise InputError(f"{data_path}: no question of categories {list(categories)} has a valid evidence id")
-    ingest_settings = {"extractor": extractor, "extractor_model": extractor_model, "embedder": embedder}
+    ingest_settings = {"extractor": extractor, "extractor_model": extractor_model, "embedder": embedder,
+                       "fact_format": FACT_FORMAT}  # fmt: skip
     the_extractor = make_extractor(extractor, extractor_url, extractor_model)
     the_embedder = embedder_from_name(embedder) if embedder else None
     store_dir = Path(out_dir) / "stores"
     _check_store_settings(store_dir, ingest_settings)
 
     by_sample = {s.id: [q for q in questions if q.sample == s.id] for s in data.samples}
-    tokens = TokenCounter()
+    tokens = token_counter()
     stored: dict[str, set[str | None]] = {}
     records: list[dict[str, Any]] = []
     warmup: dict[str, float] = {}
@@ -359,11 +373,13 @@ def evaluate_retrieval(
             embedder_name = store.embedder.name
             stored[sample.id] = {f.source for f in store.facts()}
             if by_sample[sample.id]:
-                records += _measure_sample(store, sample, by_sample[sample.id], backends, ks, tokens, warmup, bar)
+                records += _measure_sample(store, sample, by_sample[sample.id], backends, ks, budgets, depth, tokens,
+                                           warmup, bar)  # fmt: skip
     bar.close()
 
-    systems = [f"{s}@{k}" for k in ks for s in (*backends, BM25)]
-    result = summarize(records, systems, backends, ks, n_resamples)
+    cuts = [*map(str, ks), *(f"{b}tok" for b in budgets)]
+    systems = [f"{s}@{cut}" for cut in cuts for s in (*backends, BM25)]
+    result = summarize(records, systems, backends, ks, budgets, n_resamples)
     result["coverage"] = {**_coverage(stored, questions), "broken_evidence_ids": len(data.skipped)}
     result["data"] = {
         "path": str(data_path),
@@ -378,6 +394,10 @@ def evaluate_retrieval(
     result["settings"] = {
         "backends": backends,
         "ks": ks,
+        "budgets_tokens": list(budgets),
+        "depth": depth,
+        "budget": "facts taken in the backend's order while their texts fit (memory.tokens.within_budget); the "
+        f"backend asked for {BUDGET_SEEDS} seeds; bm25_turns: its best {BM25_BUDGET_POOL} turns packed the same way",
         "categories": list(categories),
         "extractor": extractor,
         "extractor_model": extractor_model,
@@ -439,8 +459,8 @@ def render_markdown(result: dict[str, Any]) -> str:
         lines.append(f"| {name} | {r['n']} | {_f(r['recall'])} [{ci[0]:.3f}, {ci[1]:.3f}] | {_f(r['hit'])} | "
                      f"{_f(r['complete'])} | {_f(r['tokens'], 0)} | {_f(r['n_facts'], 1)} | {_f(r['p50_ms'], 1)} | "
                      f"{_f(r['p95_ms'], 1)} |")  # fmt: skip
-    lines += ["", f"## Against {BM25} at the same k (paired)", "", "| backend@k | Δ recall [95% CI] | Δ hit [95% CI] |",
-              "|---|---|---|"]  # fmt: skip
+    lines += ["", f"## Against {BM25} at the same k or token budget (paired)", "",
+              "| backend@k | Δ recall [95% CI] | Δ hit [95% CI] |", "|---|---|---|"]  # fmt: skip
     for name, c in comp.items():
         lines.append(f"| {name} | {_d(c[f'recall_vs_{BM25}'])} | {_d(c[f'hit_vs_{BM25}'])} |")
     lines += ["", "## Against naive at equal facts (paired)", "",
@@ -452,6 +472,15 @@ def render_markdown(result: dict[str, Any]) -> str:
             e = c["equal_facts"]
             lines.append(f"| {name} | {_f(e['n_facts'], 1)} | {_f(res[name]['recall'])} | {_f(e['naive_recall'])} | "
                          f"{_d(e['recall_diff'])} | {_d(e['hit_diff'])} |")  # fmt: skip
+    same_budget = {name: c for name, c in comp.items() if f"recall_vs_{NAIVE}" in c}
+    if same_budget:
+        lines += ["", f"## Against {NAIVE} at the same token budget (paired)", "",
+                  "| backend@budget | recall | naive recall | Δ recall [95% CI] | Δ hit [95% CI] |",
+                  "|---|---|---|---|---|"]  # fmt: skip
+        for name, c in same_budget.items():
+            naive = f"{NAIVE}@{name.rsplit('@', 1)[1]}"
+            lines.append(f"| {name} | {_f(res[name]['recall'])} | {_f(res[naive]['recall'])} | "
+                         f"{_d(c[f'recall_vs_{NAIVE}'])} | {_d(c[f'hit_vs_{NAIVE}'])} |")  # fmt: skip
     cats = result["per_category"]
     lines += ["", "## Per category: recall / hit", "",
               "| system@k | " + " | ".join(f"{c} {v['name'] or ''} (n={v['n']})" for c, v in cats.items()) + " |",
@@ -478,7 +507,8 @@ def render_markdown(result: dict[str, Any]) -> str:
         "",
         "- Recall counts an evidence turn as retrieved when any returned fact was stored from it (its `source`); it "
         "says nothing of whether a responder would answer. Backends without an LLM make rule-based decisions.",
-        "- Backends may return more facts than k (traversal, paths): compare them at equal facts, not at equal k.",
+        "- Backends may return more facts than k (replies, traversal, paths): compare them at equal facts or at the "
+        "same token budget (`@<N>tok`: facts taken in the backend's order while their texts fit), not at equal k.",
         f"- {BM25} searches the raw turns, not the store: it does not depend on the extractor. Its texts are "
         "`<speaker>: <text>`; the turn extractor's facts also carry the session date, so they cost more tokens.",
         "- Latency is single-process, sequential, on this machine; the warm-up calls are excluded.",
@@ -557,6 +587,11 @@ def make_parser(prog: str | None = None) -> argparse.ArgumentParser:
     p.add_argument("--out", required=True, help="Output dir: the report, and stores/ (reused by a re-run).")
     p.add_argument("--backends", nargs="+", help="Memory backends (default: every registered one).")
     p.add_argument("--k", nargs="+", type=int, default=[5, 10, 20], help="Facts asked of each backend.")
+    p.add_argument("--budget", nargs="*", type=int, default=[565],
+                   help="Token budgets (MiniLM WordPiece): rows backend@<N>tok take facts in the backend's order "
+                   "while they fit (565: the paper's). None: K rows only.")  # fmt: skip
+    p.add_argument("--depth", type=int, default=2,
+                   help="Hops of relation traversal (SUPERSEDES/CONFLICTS_WITH; 0: none): what it adds.")  # fmt: skip
     p.add_argument("--categories", nargs="+", type=int, default=[1, 2, 3, 4],
                    help="LoCoMo question categories (5: adversarial, unanswerable).")  # fmt: skip
     p.add_argument("--extractor", choices=EXTRACTORS, default=DEFAULT_EXTRACTOR, help="As in `memstate memory ingest`.")
@@ -571,8 +606,9 @@ def make_parser(prog: str | None = None) -> argparse.ArgumentParser:
     return p
 
 
-def relations_section(path: str, extractor: str) -> dict[str, Any]:
-    """Relation precision/recall of ``extractor`` (turns or rule) on a MemSyco-Bench file, with its Markdown."""
+def relations_section(path: str, extractor: str, budget_tokens: int | None = 565) -> dict[str, Any]:
+    """Relation precision/recall of ``extractor`` (turns or rule) on a MemSyco-Bench file, and what evomem's traversal
+    adds at ``budget_tokens``, with its Markdown."""
     from memstate.evaluate.relations import extractor_factory, relation_scores
     from memstate.memory.embed import default_embedder
 
@@ -582,7 +618,7 @@ def relations_section(path: str, extractor: str) -> dict[str, Any]:
     rows = [r for r in load_memsyco(path) if r.task == "valid_memory_selection"]
     if not rows:
         raise InputError(f"{path}: no valid_memory_selection rows (--relations needs them)")
-    out = relation_scores(rows, extractor_factory(extractor, None), embedder)
+    out = relation_scores(rows, extractor_factory(extractor, None), embedder, budget_tokens=budget_tokens)
     sup = out["supersedes"]
     out["markdown"] = (
         f"Extractor `{extractor}` on `{path}` ({out['rows']} valid_memory_selection rows; the memory items are only "
@@ -590,6 +626,15 @@ def relations_section(path: str, extractor: str) -> dict[str, Any]:
         f"supersedes the outdated one's): **precision {sup['precision']}**, recall {sup['recall']} (rows with a "
         f"correct edge); CONFLICTS_WITH drawn {out['conflicts_with']['drawn']}; wrong edges by kind: {sup['wrong']}."
     )
+    if "traversal" in out:
+        t = out["traversal"]
+        d0, d2 = t["depth_0"], t["depth_2"]
+        out["markdown"] += (
+            f"\n\nWhat traversal adds (evomem at {t['budget_tokens']} tokens, each row's question; per row: a current "
+            f"turn retrieved / an outdated turn retrieved without any current one): depth 0 {d0['current']} / "
+            f"{d0['outdated_only']}, depth 2 {d2['current']} / {d2['outdated_only']}; Δ current "
+            f"{_d(t['current_depth_2_minus_0'])}, Δ outdated-only {_d(t['outdated_only_depth_2_minus_0'])}."
+        )
     out["file"] = str(path)
     return out
 
@@ -598,12 +643,14 @@ def run(args: argparse.Namespace, *, relations: dict[str, Any] | None = None) ->
     """``relations``: an extra section (relation precision measured elsewhere) for retrieval.json and .md; with
     ``--relations FILE`` it is measured here."""
     if relations is None and args.relations:
-        relations = relations_section(args.relations, args.extractor)
+        relations = relations_section(args.relations, args.extractor, args.budget[0] if args.budget else None)
     result = evaluate_retrieval(
         args.data,
         args.out,
         backends=args.backends,
         ks=args.k,
+        budgets=args.budget,
+        depth=args.depth,
         categories=args.categories,
         extractor=args.extractor,
         extractor_url=args.extractor_url,

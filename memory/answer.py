@@ -35,10 +35,12 @@ def ask(
     options: Sequence[str] = (),
     backend: str = "evomem",
     k: int = 10,
+    budget_tokens: int | None = None,
     max_new_tokens: int = 128,
 ) -> Answer:
-    """Answer ``question`` from the store; with ``state_api`` the rules of the served policy guide the responder."""
-    retrieved = retrieve(store, question, k=k, backend=backend)
+    """Answer ``question`` from the store (``k`` seed facts, or as many as fit in ``budget_tokens``: ``retrieve``);
+    with ``state_api`` the rules of the served policy guide the responder."""
+    retrieved = retrieve(store, question, k=k, backend=backend, budget_tokens=budget_tokens)
     rules: tuple[str, ...] = ()
     format_ok = None
     if state_api is not None and retrieved.facts:

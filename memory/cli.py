@@ -153,7 +153,10 @@ def ask_parser(prog: str | None = None) -> StageParser:
     from memstate.memory.backends import backend_names
 
     p.add_argument("--backend", choices=backend_names(), default="evomem", help="A registered retrieval backend.")
-    p.add_argument("-k", type=int, default=10, help="Seed facts retrieved.")
+    p.add_argument("-k", type=int, default=10, help="Seed facts retrieved (without --budget-tokens).")
+    p.add_argument("--budget-tokens", "--budget_tokens", type=int, metavar="N",
+                   help="Facts in the backend's order while they fit in N MiniLM tokens (565: the budget measured in "
+                   "docs/memory.md) instead of k seeds.")  # fmt: skip
     return p
 
 
@@ -175,7 +178,8 @@ def ask(parsed: tuple[ResponderConfig, argparse.Namespace]) -> None:
         key = os.environ.get(args.api_key_env) if args.api_key_env else None
         api = ReasoningStateClient(args.api_url, api_key=key)
     with MemoryStore(args.store) as store:
-        answer = answer_question(store, args.question, responder, state_api=api, backend=args.backend, k=args.k)
+        answer = answer_question(store, args.question, responder, state_api=api, backend=args.backend, k=args.k,
+                                   budget_tokens=args.budget_tokens)  # fmt: skip
     if api is not None:
         api.close()
     for fact in answer.retrieved.facts:

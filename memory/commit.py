@@ -22,7 +22,9 @@ from collections.abc import Iterable, Sequence
 
 import numpy as np
 
+from memstate.embedding import Embedder
 from memstate.memory.concepts import ConceptTree
+from memstate.memory.embed import normalize
 from memstate.memory.extract import Extractor
 from memstate.memory.records import (
     MAX_FACTS_PER_SESSION,
@@ -37,6 +39,7 @@ from memstate.memory.records import (
     fact_id,
     fact_num,
 )
+from memstate.memory.turn_extractor import embedding_text
 from memstate.memory.validate import check_facts, check_relations
 
 logger = logging.getLogger("memstate.memory")
@@ -64,6 +67,21 @@ def as_turn(turn: Turn | dict, where: str = "turn") -> Turn:
         if getattr(turn, name) is not None and not isinstance(getattr(turn, name), str):
             raise ValueError(f"{where}: {name} must be a string or null, got {type(getattr(turn, name)).__name__}")
     return turn
+
+
+# Weight of the fact before it in a fact's vector. LoCoMo's five shipped conversations (recall at 565 tokens):
+# 0.3 and 1.0 measure within 0.01 of 0.5, and all three 0.015-0.025 above no context.
+CONTEXT_WEIGHT = 0.5
+
+
+def fact_vectors(embedder: Embedder, facts: Sequence[FactProposal], turns: Sequence[Turn]) -> np.ndarray:
+    """One vector per fact for dense search: its ``embedding_text`` plus ``CONTEXT_WEIGHT`` times the vector of the
+    fact before it in the session, renormalized. A reply says little by itself ("Yes, every Sunday since May!"):
+    it is found by what it answers."""
+    texts = [embedding_text(f.text, turns[f.turn].time if f.turn is not None else None) for f in facts]
+    own = normalize(embedder.encode(texts))
+    before = np.vstack([np.zeros_like(own[:1]), own[:-1]])
+    return normalize(own + CONTEXT_WEIGHT * before)
 
 
 class CommitMixin:
@@ -104,7 +122,7 @@ class CommitMixin:
         if checked.fatal:
             logger.warning("session %s rejected: %s", sid, checked.fatal)
             return IngestReport(sid, "rejected", rejected=(Rejection("session", checked.fatal), *checked.rejected))
-        vecs = self.embedder.encode([f.text for f in checked.facts]) if checked.facts else None
+        vecs = fact_vectors(self.embedder, checked.facts, turns) if checked.facts else None
         rejected = list(checked.rejected)
         with self._transaction():
             self._sync()

@@ -22,7 +22,10 @@ import numpy as np
 from memstate.memory.backends import Query, get_backend
 from memstate.memory.llm_client import ChatJSON
 from memstate.memory.store import MemoryStore
+from memstate.memory.tokens import token_counter, within_budget
 from memstate.schema import Fact, Relation
+
+BUDGET_SEEDS = 50  # seeds asked of a backend under a token budget (~25 facts fit 565 tokens at the least)
 
 
 @dataclass(frozen=True)
@@ -48,19 +51,27 @@ def retrieve(
     query_vector: np.ndarray | None = None,
     llm: ChatJSON | None = None,
     settings: Any = None,
+    budget_tokens: int | None = None,
 ) -> Retrieved:
     """Facts and relational state for ``query`` from ``backend`` (a registered name); see the module docstring.
     ``max_facts`` caps the facts returned (default ``3 * k``: evomem's traversal, memsearch's path); ``query_vector``
     skips embedding the query (it must come from the store's embedder). ``llm`` (an OpenAI-compatible endpoint) makes
     the decisions of backends that have LLM versions (CLAG's routing, profiles and cluster choice, MemSearch-o1's
     fragments and sub-queries); without it they use their rule-based versions (labelled in ``trace``).
-    ``settings``: an instance of the backend's settings dataclass (default: its defaults)."""
+    ``settings``: an instance of the backend's settings dataclass (default: its defaults). ``budget_tokens``: the
+    facts are taken in the backend's order while their texts fit in that many tokens (``memory.tokens``); the backend
+    is asked for at least ``BUDGET_SEEDS`` seeds, so the budget, not ``k``, decides how many come back."""
     spec = get_backend(backend)
+    if budget_tokens is not None:
+        k = max(k, BUDGET_SEEDS)
     vec = store.embed_query(query) if query_vector is None else query_vector
     limit = max_facts if max_facts is not None else 3 * k
     order, trace = spec.search(Query(store, query, vec, k, limit, depth, llm, settings))
     order, trace = order[:limit], {"backend": backend, **trace}
     stored = store.facts(order)
+    if budget_tokens is not None:
+        sizes = token_counter().counts([f.text for f in stored])
+        stored = [stored[i] for i in within_budget(sizes, budget_tokens)]
     if not stored:
         return Retrieved((), (), (), (), trace)
     fid = {f.id: f"F{i}" for i, f in enumerate(stored, 1)}

@@ -431,6 +431,19 @@ class MemoryStore(CommitMixin, SearchMixin):
             (fact_id(s), r, ref) for r, s in idx.into.get(n, ())
         ]
 
+    def following(self, refs: Sequence[str]) -> dict[str, str]:
+        """For each fact of ``refs``, the next fact stored from the same session (the reply to a turn, or the next
+        piece of a long one), where there is one."""
+        nums = [n for n in map(fact_num, refs) if n is not None]
+        if not nums:
+            return {}
+        rows = self._db.execute(
+            "SELECT f.num, (SELECT MIN(g.num) FROM facts g WHERE g.session = f.session AND g.num > f.num "
+            f"AND g.num <= ?) FROM facts f WHERE f.num IN ({', '.join('?' * len(nums))})",
+            (self._index.last_fact, *nums),
+        )
+        return {fact_id(n): fact_id(nxt) for n, nxt in rows if nxt is not None}
+
     def is_superseded(self, ref: str) -> bool:
         n = fact_num(ref)
         return any(r == "SUPERSEDES" for r, _ in self._index.into.get(n, ()))

@@ -34,18 +34,18 @@ def _pick_d22(query):
     return [f.id for f in query.store.facts() if f.source == "D2:2"], {}
 
 
-def _top2(query):
-    """A toy backend: naive's two nearest facts, whatever k (fewer facts than naive@k returns)."""
-    return [ref for ref, _ in query.store.nearest(query.vector, 2)], {}
+def _top1(query):
+    """A toy backend: naive's nearest fact, whatever k (fewer facts than naive@k returns)."""
+    return [ref for ref, _ in query.store.nearest(query.vector, 1)], {}
 
 
 @pytest.fixture
 def toy_backends():
     register(Backend("pick_d22", "toy", _pick_d22, ("none", "none"), relations=False))
-    register(Backend("top2", "toy", _top2, ("none", "none"), relations=False))
+    register(Backend("top1", "toy", _top1, ("none", "none"), relations=False))
     yield
     unregister("pick_d22")
-    unregister("top2")
+    unregister("top1")
 
 
 def _evaluate(tmp_path: Path, backends: list[str], ks: list[int], **kwargs) -> dict:
@@ -90,17 +90,17 @@ def test_tokens_of_the_joined_block_are_the_sum_of_the_texts():
 
 
 def test_equal_facts_compares_with_naive_at_the_backends_fact_count(tmp_path, toy_backends):
-    result = _evaluate(tmp_path, ["top2", "naive"], [5])
+    result = _evaluate(tmp_path, ["top1", "naive"], [5])
     res = result["results"]
-    # naive@5 retrieves more of the evidence than two facts do: comparing at k instead of equal facts would differ.
-    assert res["naive@5"]["recall"] > res["top2@5"]["recall"]
+    # naive@5 retrieves more of the evidence than one fact does: comparing at k instead of equal facts would differ.
+    assert res["naive@5"]["recall"] > res["top1@5"]["recall"]
     for rec in result["questions"]:
-        eq = rec["equal_facts"]["top2@5"]
-        assert eq["naive_k"] == rec["systems"]["top2@5"]["n_facts"] == 2
-        assert eq["recall"] == rec["systems"]["top2@5"]["recall"]
+        eq = rec["equal_facts"]["top1@5"]
+        assert eq["naive_k"] == rec["systems"]["top1@5"]["n_facts"] == 1
+        assert eq["recall"] == rec["systems"]["top1@5"]["recall"]
         assert "naive@5" not in rec["equal_facts"]
-    eq = result["comparisons"]["top2@5"]["equal_facts"]
-    assert eq["n_facts"] == 2.0 and eq["recall_diff"]["mean"] == 0.0 and eq["naive_recall"] == res["top2@5"]["recall"]
+    eq = result["comparisons"]["top1@5"]["equal_facts"]
+    assert eq["n_facts"] == 1.0 and eq["recall_diff"]["mean"] == 0.0 and eq["naive_recall"] == res["top1@5"]["recall"]
     assert "equal_facts" not in result["comparisons"]["naive@5"]
 
 
@@ -111,8 +111,12 @@ def test_cli_writes_the_report_with_a_bm25_row_per_k_and_reuses_its_stores(tmp_p
     assert main(argv) == 0
     data = json.loads((out / "retrieval.json").read_text())
     assert set(data) == {"results", "per_category", "comparisons", "coverage", "data", "settings"}
-    systems = [f"{b}@{k}" for k in (1, 3) for b in ("evomem", "naive", "clag", "memsearch", BM25)]
+    systems = [f"{b}@{k}" for k in ("1", "3", "565tok") for b in ("evomem", "naive", "clag", "memsearch", BM25)]
     assert list(data["results"]) == systems
+    assert set(data["comparisons"]["evomem@565tok"]) == {
+        f"{m}_vs_{s}" for m in ("recall", "hit") for s in (BM25, "naive")
+    }
+    assert data["settings"]["budgets_tokens"] == [565]
     for row in data["results"].values():
         assert {"recall", "hit", "complete", "tokens", "p50_ms", "p95_ms", "n_facts", "n"} <= set(row)
         assert row["n"] == 3 and 0 <= row["recall"] <= 1 and row["tokens"] > 0
@@ -123,6 +127,7 @@ def test_cli_writes_the_report_with_a_bm25_row_per_k_and_reuses_its_stores(tmp_p
     assert set(data["per_category"]) == {"1", "2", "4"} and data["per_category"]["4"]["name"] == "single-hop"
     md = (out / "retrieval.md").read_text()
     assert f"| {BM25}@1 |" in md and f"| {BM25}@3 |" in md and "evidence coverage" in md and "equal facts" in md
+    assert f"| {BM25}@565tok |" in md and "## Against naive at the same token budget" in md
     assert (out / "retrieval.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert len((out / "retrieval_questions.jsonl").read_text().splitlines()) == 3
     assert "| naive@3 |" in capsys.readouterr().out
@@ -135,10 +140,27 @@ def test_cli_writes_the_report_with_a_bm25_row_per_k_and_reuses_its_stores(tmp_p
     assert data["data"]["skipped"]["no_valid_evidence"] == 1  # the category-5 question's only id names no turn
 
 
-def test_stores_of_another_extractor_are_not_reused(tmp_path):
+def test_a_budget_row_takes_facts_in_order_while_they_fit(tmp_path):
+    result = _evaluate(tmp_path, ["naive"], [1], budgets=[25, 60])
+    for rec in result["questions"]:
+        small, large = rec["systems"]["naive@25tok"], rec["systems"]["naive@60tok"]
+        assert 0 < small["tokens"] <= 25 and small["tokens"] < large["tokens"] <= 60
+        assert small["n_facts"] < large["n_facts"]
+        for budget in (25, 60):
+            bm25 = rec["systems"][f"{BM25}@{budget}tok"]
+            assert bm25["tokens"] <= budget and bm25["n_facts"] >= 1
+    ci = result["comparisons"]["naive@60tok"][f"recall_vs_{BM25}"]
+    assert ci is not None and "naive_recall" not in result["comparisons"]["naive@60tok"]
+
+
+def test_stores_of_another_extractor_or_fact_format_are_not_reused(tmp_path):
     _evaluate(tmp_path, ["naive"], [1])
     with pytest.raises(ConfigError, match="built with extractor 'turns', not 'rule'"):
         _evaluate(tmp_path, ["naive"], [1], extractor="rule")
+    settings = tmp_path / "out" / "stores" / "ingest.json"
+    settings.write_text(json.dumps({**json.loads(settings.read_text()), "fact_format": None}))  # an older version's
+    with pytest.raises(ConfigError, match="built with fact_format None, not 2"):
+        _evaluate(tmp_path, ["naive"], [1])
 
 
 @pytest.mark.parametrize("content", ["{not json", None])

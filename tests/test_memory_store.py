@@ -11,6 +11,7 @@ import pytest
 from memstate.memory import HashEmbedder, MemoryStore, RuleExtractor, StoreError, Turn, retrieve
 from memstate.memory.records import ConceptEdit, FactProposal, Proposal, RelationProposal
 from memstate.memory.rule_extractor import fact_kind
+from memstate.memory.tokens import token_counter
 
 TABLES = ("sessions", "facts", "fact_vectors", "relations", "concepts", "concept_facts")
 
@@ -71,6 +72,24 @@ def test_later_preference_supersedes_and_traversal_returns_it(store):
 
     naive = retrieve(store, "lemon", k=1, backend="naive")
     assert naive.store_ids == (old,) and naive.relations == ()
+
+
+def test_a_later_seed_is_moved_up_beside_the_fact_it_supersedes(store):
+    ex = RuleExtractor()
+    (old,) = store.ingest_session(user("I love green tea with honey and lemon in the morning."), ex).fact_ids
+    for food in ("cake", "sorbet", "pie"):  # outrank the new preference, which does not say lemon
+        store.ingest_session(user(f"I love lemon {food} on a sunny summer afternoon at my aunt's old farm house."), ex)
+    (new,) = store.ingest_session(user("These days I prefer black coffee over green tea with honey in the morning."),
+                                  ex).fact_ids  # fmt: skip
+    no_traversal = retrieve(store, "lemon", k=5, depth=0)
+    assert no_traversal.store_ids[-1] == new and old in no_traversal.store_ids  # all five facts, the new one last
+    ret = retrieve(store, "lemon", k=5)
+    assert ret.store_ids[ret.store_ids.index(old) + 1] == new and len(ret.store_ids) == 5
+    # A budget that holds only the first three facts of the ranking without traversal still brings the new one.
+    budget = token_counter()([f.text for f in no_traversal.facts[:3]])
+    got = retrieve(store, "lemon", budget_tokens=budget)
+    assert old in got.store_ids and new in got.store_ids
+    assert new not in retrieve(store, "lemon", budget_tokens=budget, depth=0).store_ids
 
 
 def test_preference_chain_points_backwards(store):

@@ -53,6 +53,18 @@ def test_a_reversal_supersedes_the_earlier_statement_and_scores_correct(rows, tm
     json.dumps(out)  # a plain dict
 
 
+def test_traversal_is_measured_per_depth_on_the_labelled_turns(rows):
+    row = rows["rel_reversal"]
+    everything = relation_scores([row], TurnExtractor, EMB, budget_tokens=10_000)["traversal"]
+    assert everything["rows"] == 1 and everything["budget_tokens"] == 10_000
+    for depth in ("depth_0", "depth_2"):  # the whole dialogue fits: both items' turns, never the outdated alone
+        assert everything[depth] == {"current": 1.0, "outdated": 1.0, "outdated_only": 0.0}
+    nothing = relation_scores([row], TurnExtractor, EMB, budget_tokens=1)["traversal"]
+    assert nothing["depth_2"] == {"current": 0.0, "outdated": 0.0, "outdated_only": 0.0}
+    assert nothing["current_depth_2_minus_0"]["mean"] == 0.0
+    assert "traversal" not in relation_scores([row], TurnExtractor, EMB)
+
+
 def test_the_matcher_labels_the_outdated_turn_before_the_current_one(rows):
     row = rows["rel_reversal"]
     users = [t["content"] for t in row["dialogue"] if t["role"] == "user"]
