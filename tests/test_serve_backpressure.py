@@ -123,6 +123,39 @@ def test_a_request_whose_deadline_passes_in_the_queue_gets_503_and_is_never_work
     assert (m[("memstate_api_in_flight",)], m[("memstate_api_queue_depth",)]) == (0, 0)
 
 
+def test_a_request_that_would_wait_too_long_is_refused_at_once_before_its_body_is_read(monkeypatch):
+    monkeypatch.setenv("MEMSTATE_API_KEY", "k")
+    auth = {"Authorization": "Bearer k"}
+    policy = GatedPolicy()
+    with ChatServer(policy) as server:
+        app = create_app(ApiConfig(policy_url=server.url, max_concurrency=1, max_queue=4, max_queue_wait_s=5.0))
+        app.state.admission.observe(3.0)  # history: a request holds its slot 3 s, so the next would wait ~3 s
+        with live_app(app) as url, policy, ThreadPoolExecutor(1) as pool:
+            first = pool.submit(httpx.post, url + PATH, json=payload(), headers=auth, timeout=30)
+            wait_for(lambda: load(url) == (1, 0), "1 request at work")
+            hurried = {**auth, "X-Request-Timeout": "2"}
+            short = httpx.post(url + PATH, json=payload(), headers=hurried, timeout=10)
+            garbage = httpx.post(url + PATH, content=b"{not json", headers=hurried, timeout=10)
+            anonymous = httpx.post(url + PATH, json=payload(), headers={"X-Request-Timeout": "2"}, timeout=10)
+            bad_header = httpx.post(url + PATH, json=payload(), headers={**auth, "X-Request-Timeout": "-1"}, timeout=10)
+            app.state.admission.max_wait_s = 2.0
+            capped = httpx.post(url + PATH, json=payload(), headers=auth, timeout=10)
+            policy.gate.set()
+            assert first.result().status_code == 200
+            m = metrics(url)
+    for reply, source in ((short, "the request's X-Request-Timeout"), (capped, "max_queue_wait_s")):
+        assert reply.status_code == 429 and reply.headers["retry-after"] == "3", reply.text
+        assert reply.json()["detail"] == (
+            f"the API is at capacity (1 at work, 0 queued, a slot would take about 3.0 s, more than the 2 s ({source}) "
+            "a request may wait); retry after 3 s"
+        )
+    assert garbage.status_code == 429  # refused before its body was read: no 400 for a body nobody parsed
+    assert anonymous.status_code == 401 and bad_header.status_code == 422  # what is wrong with a request stays said
+    assert len(server.requests) == 1  # only the first reached the policy
+    assert m[("memstate_api_shed_total", "predicted_wait")] == 3
+    assert m[("memstate_api_requests_total", PATH, "429")] == 3 and m[("memstate_api_requests_total", PATH, "200")] == 1
+
+
 def test_the_client_waits_what_retry_after_asks_and_succeeds_once_capacity_frees(monkeypatch):
     policy = GatedPolicy()
     waits = []
