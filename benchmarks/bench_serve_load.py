@@ -54,6 +54,7 @@ ROOT = Path(__file__).resolve().parents[1]
 SERVED = "load-policy"
 CLIENT_TIMEOUT_S = 60.0
 LOADS = (0.5, 1.0, 2.0)
+KNEE = 0.9  # the knee of the ramp: the fewest in flight that answer this share of the most per second
 
 
 @dataclass
@@ -114,6 +115,8 @@ async def open_loop(url: str, bodies, rate: float, seconds: float, most: int, se
     waited for (the client's timeout bounds it)."""
     rng = random.Random(seed)
     tasks: list[asyncio.Task] = []
+    lags: list[float] = []
+    watcher = asyncio.create_task(loop_lag(lags))
     async with client(url) as http:
         started = time.perf_counter()
         at = 0.0
@@ -128,7 +131,24 @@ async def open_loop(url: str, bodies, rate: float, seconds: float, most: int, se
         sent_s = time.perf_counter() - started
         outcomes = await asyncio.gather(*tasks)
         wall_s = time.perf_counter() - started
-    return {"outcomes": outcomes, "sent_s": sent_s, "wall_s": wall_s}
+    watcher.cancel()
+    return {"outcomes": outcomes, "sent_s": sent_s, "wall_s": wall_s, "client_loop_lag_ms": lag_summary(lags)}
+
+
+async def loop_lag(lags: list[float], every_s: float = 0.1) -> None:
+    """The load generator's own event loop lag (as the API's ``memstate_api_loop_lag_seconds``): a late client loop
+    adds to every latency it measures."""
+    loop = asyncio.get_running_loop()
+    while True:
+        asked = loop.time()
+        await asyncio.sleep(every_s)
+        lags.append(max(0.0, loop.time() - asked - every_s))
+
+
+def lag_summary(lags: list[float]) -> dict | None:
+    if not lags:
+        return None
+    return {"mean": round(1000 * statistics.fmean(lags), 1), "p99": round(1000 * percentile(lags, 0.99), 1)}
 
 
 def scrape(url: str) -> dict[tuple, float]:
@@ -138,8 +158,8 @@ def scrape(url: str) -> dict[tuple, float]:
 
 def counted(before: dict, after: dict) -> dict:
     """What the API counted in between: requests by status on the endpoint, sheds by reason, and the mean wait for a
-    slot, time in the handler (answered requests, the wait included) and policy call: what a client waited beyond
-    them was spent outside the handler (connection, parsing, an event loop short of CPU)."""
+    slot, time in the handler (answered requests, the wait included), policy call and event loop lag: what a client
+    waited beyond the handler was spent outside it (connection, parsing, an event loop short of CPU)."""
     delta = {k: after[k] - before.get(k, 0.0) for k in after if after[k] - before.get(k, 0.0)}
 
     def mean_ms(histogram: str) -> float | None:
@@ -154,6 +174,7 @@ def counted(before: dict, after: dict) -> dict:
         "queue_wait_mean_ms": mean_ms("memstate_api_queue_seconds"),
         "handler_mean_ms": mean_ms("memstate_api_request_seconds"),
         "policy_call_mean_ms": mean_ms("memstate_api_policy_seconds"),
+        "loop_lag_mean_ms": mean_ms("memstate_api_loop_lag_seconds"),
     }
 
 
@@ -212,6 +233,10 @@ def main() -> None:
     parser.add_argument("--phase-s", type=float, default=30.0, help="Seconds of arrivals per load level.")
     parser.add_argument("--max-requests", type=int, default=4000, help="Most requests of one load level.")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--api-arg", action="append", default=[], metavar="FLAG=VALUE",
+        help="Override one of the API's config fields for a trial (e.g. max_concurrency=32); repeatable.",
+    )  # fmt: skip
     parser.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "bench_serve_load.json"))
     args = parser.parse_args()
 
@@ -232,6 +257,9 @@ def main() -> None:
     api_args = ["--config", str(ROOT / "configs/serve/api.yaml"), "--policy_url", policy_url,
                 "--port", str(api_port), "--tokenizer", args.model, "--max_prompt_tokens", "1024",
                 "--max_tokens", "64", "--api_key_env", ""]  # fmt: skip
+    for override in args.api_arg:
+        flag, _, value = override.partition("=")
+        api_args += [f"--{flag}", value]
     (api_config,) = api_parser().parse_args_and_config(api_args)
     slots = api_config.max_concurrency
     started = time.perf_counter()
@@ -262,9 +290,10 @@ def main() -> None:
                   f"ms", flush=True)  # fmt: skip
         best = max(ramp, key=lambda k: ramp[k]["throughput_per_s"] or 0)
         rate = ramp[best]["throughput_per_s"]
+        knee = min((k for k in ramp if (ramp[k]["throughput_per_s"] or 0) >= KNEE * rate), key=int)
         if not rate:
             raise RuntimeError(f"no request answered at saturation: {ramp}")
-        print(f"capacity: {rate} requests/s (at {best} in flight)", flush=True)
+        print(f"capacity: {rate} requests/s (at {best} in flight; {KNEE:.0%} of it from {knee} in flight)", flush=True)
         phases = {}
         for i, load in enumerate(LOADS):
             wait_idle(url)
@@ -272,9 +301,12 @@ def main() -> None:
             run = asyncio.run(open_loop(url, bodies, load * rate, args.phase_s, args.max_requests, args.seed + i))
             phase = summarize(run["outcomes"], load * rate, run["sent_s"], run["wall_s"])
             phase["api_counted"] = counted(before, scrape(url))
+            phase["client_loop_lag_ms"] = run["client_loop_lag_ms"]
             phases[f"{load:g}x"] = phase
             print(f"{load:g}x: {phase['sent']} sent, {phase['throughput_per_s']} answered/s, p50 {phase['p50_ms']} ms, "
-                  f"p99 {phase['p99_ms']} ms, shed {phase['shed']}, 5xx {phase['5xx']}", flush=True)  # fmt: skip
+                  f"p99 {phase['p99_ms']} ms, shed {phase['shed']} (p99 {phase['shed_p99_ms']} ms), 5xx "
+                  f"{phase['5xx']}; loop lag: API {phase['api_counted']['loop_lag_mean_ms']} ms, client "
+                  f"{run['client_loop_lag_ms']}", flush=True)  # fmt: skip
     finally:
         if api is not None:
             stop_group(api)
@@ -286,8 +318,10 @@ def main() -> None:
         "model": os.path.relpath(args.model, ROOT) if args.model.startswith(str(ROOT)) else args.model,
         "api": {
             "config": "configs/serve/api.yaml",
+            "overrides": args.api_arg,
             "max_concurrency": slots,
             "max_queue": api_config.queue,
+            "max_queue_wait_s": api_config.max_queue_wait_s,
             "queue_timeout_s": api_config.queue_timeout_s,
             "max_prompt_tokens": api_config.max_prompt_tokens,
             "max_tokens": api_config.max_tokens,
@@ -306,6 +340,7 @@ def main() -> None:
         "vllm_start_s": round(start_s, 1),
         "capacity_per_s": rate,
         "capacity_at_in_flight": int(best),
+        "knee_in_flight": int(knee),
         "capacity_ramp": ramp,
         "phases": phases,
         "bar": bar,
