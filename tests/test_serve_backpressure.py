@@ -269,6 +269,38 @@ def test_admission_is_first_come_first_served_and_frees_what_it_takes():
     assert refusals == [("late", "queue_full", 3), ("d", "deadline", 2)]
 
 
+def test_admission_queues_only_requests_it_predicts_it_can_serve_in_time():
+    async def scenario() -> tuple[list, int]:
+        admission = Admission(limit=1, queue=4, max_wait_s=2.0)
+        refusals = []
+
+        async def request(budget: float) -> None:
+            try:
+                async with admission.slot(budget, " (budget)"):
+                    pass
+            except Refused as e:
+                refusals.append((e.reason, e.detail))
+
+        async with admission.slot(30):  # no history yet: nothing predicted, the next one may queue
+            queued = asyncio.create_task(request(30))
+            await asyncio.sleep(0)
+            assert admission.waiting == 1
+            admission.observe(1.5)  # S = 1.5 s (taking over the no-history start): the next would wait ~3 s
+            await request(30)  # over max_wait_s
+            admission.max_wait_s = None
+            await request(2.5)  # over its own budget
+            fits = asyncio.create_task(request(30))  # queued behind the first
+            await asyncio.sleep(0)
+            waiting = admission.waiting
+        await asyncio.gather(queued, fits)
+        return refusals, waiting
+
+    refusals, waiting = asyncio.run(scenario())
+    assert [reason for reason, _ in refusals] == ["predicted_wait"] * 2 and waiting == 2
+    assert "about 3.0 s, more than the 2 s (max_queue_wait_s)" in refusals[0][1]
+    assert "about 3.0 s, more than the 2.5 s (budget)" in refusals[1][1]
+
+
 def test_memory_ask_says_in_one_line_that_the_api_is_at_capacity(tiny_models, tmp_path, capsys, monkeypatch):
     import json
     import shutil
