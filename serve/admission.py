@@ -1,9 +1,11 @@
 """Admission control of the reasoning-state API: a bounded queue in front of the work, with deadlines.
 
 At most ``limit`` requests are at work (hold a slot); at most ``queue`` more wait for one, first come, first served,
-each no longer than its own wait budget. A request that finds ``limit`` at work and ``queue`` waiting is refused at
-once (``Refused``, reason ``queue_full``); one whose budget runs out while it waits leaves the queue refused (reason
-``deadline``), so it is never worked on after its client has given up.
+each no longer than its own wait budget. A request is refused at once (``Refused``) when it finds ``limit`` at work
+and ``queue`` waiting (reason ``queue_full``), or when its predicted wait, ``(waiting + 1) · S / limit``, is longer
+than it may wait, ``max_wait_s`` or its own budget when shorter (reason ``predicted_wait``): a queue that cannot serve
+it in time should say so now, not after the wait. One whose budget runs out while it waits all the same leaves the
+queue refused (reason ``deadline``), so it is never worked on after its client has given up.
 
 A refusal carries a ``Retry-After`` (whole seconds): the time the present backlog takes to clear at the recent pace,
 ``ceil(S · (at work + waiting) / limit)``, clamped to [1, 60], where ``S`` is the mean time recent requests held a
@@ -18,6 +20,16 @@ Single event loop, no locks: every change of state happens between awaits.
 >>> admission.active = 2  # 2 at work, none waiting, 2 slots: they clear in 3 s
 >>> admission.retry_after()
 3
+>>> admission.predicted_wait()  # the first in the queue: one of the 2 slots frees in 3 s / 2 on average
+1.5
+>>> Admission(limit=2, queue=2, max_wait_s=1.0).refusal(30.0) is None  # nothing at work: a slot is free
+True
+>>> admission.max_wait_s = 1.0
+>>> admission.refusal(30.0).reason  # 1.5 s predicted, 1 s allowed
+'predicted_wait'
+>>> admission.max_wait_s = None
+>>> admission.refusal(1.0).reason, admission.refusal(2.0) is None  # the request's own budget decides
+('predicted_wait', True)
 """
 
 from __future__ import annotations
@@ -35,7 +47,8 @@ MAX_RETRY_AFTER_S = 60
 
 
 class Refused(Exception):
-    """A request the queue did not take (``queue_full``) or gave up on (``deadline``); ``retry_after`` in seconds."""
+    """A request the queue did not take (``queue_full``, ``predicted_wait``) or gave up on (``deadline``);
+    ``retry_after`` in seconds."""
 
     def __init__(self, reason: str, detail: str, retry_after: int):
         super().__init__(detail)
@@ -43,12 +56,13 @@ class Refused(Exception):
 
 
 class Admission:
-    """``limit`` slots and a queue of at most ``queue`` waiters (``queue`` 0: no waiting, refuse when full)."""
+    """``limit`` slots and a queue of at most ``queue`` waiters (``queue`` 0: no waiting, refuse when full), none
+    admitted to wait when its predicted wait exceeds ``max_wait_s`` (None: only its own budget bounds it)."""
 
-    def __init__(self, limit: int, queue: int):
-        if limit < 1 or queue < 0:
-            raise ValueError(f"need limit >= 1 and queue >= 0, got {limit} and {queue}")
-        self.limit, self.queue = limit, queue
+    def __init__(self, limit: int, queue: int, max_wait_s: float | None = None):
+        if limit < 1 or queue < 0 or (max_wait_s is not None and not max_wait_s > 0):
+            raise ValueError(f"need limit >= 1, queue >= 0 and max_wait_s > 0, got {limit}, {queue}, {max_wait_s}")
+        self.limit, self.queue, self.max_wait_s = limit, queue, max_wait_s
         self.active = 0  # requests holding a slot
         self.waiters: deque[asyncio.Future] = deque()
         self.service_s: float | None = None  # S, the weighted mean time a slot is held
@@ -62,10 +76,42 @@ class Admission:
         s = self.service_s
         self.service_s = seconds if s is None else (1 - WEIGHT) * s + WEIGHT * seconds
 
+    def _service_s(self) -> float:
+        return PRIOR_SERVICE_S if self.service_s is None else self.service_s
+
+    def predicted_wait(self) -> float | None:
+        """Seconds a request arriving now would wait for a slot: 0 while one is free, else its place in the queue
+        times the mean time between two slots freeing (``S / limit``); None before any request has finished (the
+        1 s prior is a guess for ``Retry-After``, no ground to refuse on)."""
+        if self.active < self.limit and not self.waiters:
+            return 0.0
+        return None if self.service_s is None else (self.waiting + 1) * self.service_s / self.limit
+
+    def refusal(self, budget_s: float, why: str = "") -> Refused | None:
+        """Why a request that may wait ``budget_s`` would be refused now (``why``: where that budget came from), or
+        None when it would be taken. Also asked before a request's body is read, to shed it cheaply."""
+        wait = self.predicted_wait()
+        if wait == 0.0:
+            return None
+        if self.waiting >= self.queue:
+            reason, why_not = "queue_full", f"at most {self.queue} may wait"
+        else:
+            allowed, source = budget_s, why
+            if self.max_wait_s is not None and self.max_wait_s < budget_s:
+                allowed, source = self.max_wait_s, " (max_queue_wait_s)"
+            if wait is None or wait <= allowed:
+                return None
+            reason = "predicted_wait"
+            why_not = f"a slot would take about {wait:.1f} s, more than the {allowed:g} s{source} a request may wait"
+        retry = self.retry_after()
+        detail = (
+            f"the API is at capacity ({self.active} at work, {self.waiting} queued, {why_not}); retry after {retry} s"
+        )
+        return Refused(reason, detail, retry)
+
     def retry_after(self) -> int:
         """Seconds a refused client should wait: the present backlog's time to clear at the recent pace."""
-        s = PRIOR_SERVICE_S if self.service_s is None else self.service_s
-        seconds = math.ceil(s * (self.active + self.waiting) / self.limit)
+        seconds = math.ceil(self._service_s() * (self.active + self.waiting) / self.limit)
         return min(MAX_RETRY_AFTER_S, max(1, seconds))
 
     @asynccontextmanager
@@ -84,13 +130,9 @@ class Admission:
         if self.active < self.limit and not self.waiters:
             self.active += 1
             return 0.0
-        if self.waiting >= self.queue:
-            retry = self.retry_after()
-            detail = (
-                f"the API is at capacity ({self.active} at work, {self.waiting} queued, at most {self.queue} may "
-                f"wait); retry after {retry} s"
-            )
-            raise Refused("queue_full", detail, retry)
+        refused = self.refusal(budget_s, why)
+        if refused is not None:
+            raise refused
         future = asyncio.get_running_loop().create_future()
         self.waiters.append(future)
         queued = time.monotonic()

@@ -9,10 +9,11 @@ still fails, the answer is 200 with ``format_ok: false`` and no rules, so the ca
 
 Status codes: 400 malformed JSON; 401 missing/wrong bearer token (only when a key is configured); 413 body over
 ``max_body_bytes``; 422 a field missing, mistyped or over a limit, or a relation naming an unknown fact; 429 the API
-is at capacity (``max_concurrency`` requests at work and ``max_queue`` waiting), with ``Retry-After``; 502 the policy
-answered with an error or garbage; 503 the policy is unreachable, or (with ``Retry-After``) the request waited in the
-queue past its deadline (``queue_timeout_s``, or the request's ``X-Request-Timeout`` header when shorter); 504 the
-policy did not answer within ``timeout_s``. ``GET /healthz`` (is the policy reachable?) and ``GET /metrics``
+is at capacity (``max_concurrency`` requests at work and ``max_queue`` waiting, or a predicted wait for a slot longer
+than ``max_queue_wait_s`` or the request's deadline), with ``Retry-After``, decided before the body is read; 502 the
+policy answered with an error or garbage; 503 the policy is unreachable, or (with ``Retry-After``) the request waited
+in the queue past its deadline (``queue_timeout_s``, or the request's ``X-Request-Timeout`` header when shorter); 504
+the policy did not answer within ``timeout_s``. ``GET /healthz`` (is the policy reachable?) and ``GET /metrics``
 (Prometheus) need no token. Admission and the ``Retry-After`` rule: ``serve/admission.py``.
 """
 
@@ -25,7 +26,7 @@ import logging
 import math
 import os
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from dataclasses import asdict, dataclass, field
 from typing import Annotated
@@ -46,6 +47,7 @@ from memstate.prompts import DEFAULT_MAX_PROMPT_TOKENS, PROMPT_VERSION, fit_poli
 from memstate.rules import FormatError, parse_completion
 from memstate.schema import Fact, Relation
 from memstate.serve.admission import Admission, Refused
+from memstate.serve.client import PATH
 from memstate.serve.shapes import ReasoningStateRequest, ReasoningStateResponse
 
 logger = logging.getLogger("memstate.serve")
@@ -92,6 +94,12 @@ class ApiConfig:
                   "Default: max_concurrency (an admitted request then waits about one request's time at most); "
                   "0: no waiting."},
     )  # fmt: skip
+    max_queue_wait_s: float | None = field(
+        default=1.0,
+        metadata={"help": "Longest predicted wait for a slot a request is queued for, (queued + 1) × the recent "
+                  "time a request holds its slot / max_concurrency; a longer one is refused at once with 429 and "
+                  "Retry-After (as is one longer than the request's own deadline). null: only the deadline."},
+    )  # fmt: skip
     queue_timeout_s: float = field(
         default=30.0,
         metadata={"help": "Longest wait for a slot (the request's X-Request-Timeout header, in seconds, when "
@@ -116,6 +124,10 @@ class ApiConfig:
             raise ValueError(f"max_concurrency must be at least 1, got {self.max_concurrency}")
         if self.max_queue is not None and self.max_queue < 0:
             raise ValueError(f"max_queue must be 0 or more (or null: max_concurrency), got {self.max_queue}")
+        if self.max_queue_wait_s is not None and not self.max_queue_wait_s > 0:
+            raise ValueError(
+                f"max_queue_wait_s must be a positive number of seconds or null, got {self.max_queue_wait_s}"
+            )
         if not (math.isfinite(self.queue_timeout_s) and self.queue_timeout_s > 0):
             raise ValueError(f"queue_timeout_s must be a positive number of seconds, got {self.queue_timeout_s}")
 
@@ -321,6 +333,45 @@ def _replay(messages: list[dict]):
     return receive
 
 
+class Front:
+    """Pure ASGI, outermost: counts every response by path and status (``count``), and answers a request that
+    ``refusal`` refuses (its scope → ``Refused`` or None) with 429 and ``Retry-After`` before its body is read or
+    parsed: under overload the refusals are most of the traffic, and they must not queue for the event loop behind
+    the work they protect. The handler's admission stays the authority (the state may change while a body arrives)."""
+
+    def __init__(self, app, *, count: Callable[[str, int], None], refusal: Callable[[dict], Refused | None]):
+        self.app, self.count, self.refusal = app, count, refusal
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        path = scope["path"]
+        refused = self.refusal(scope)
+        if refused is not None:
+            body = json.dumps({"detail": refused.detail}).encode()
+            headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
+                       (b"retry-after", str(refused.retry_after).encode())]  # fmt: skip
+            await send({"type": "http.response.start", "status": 429, "headers": headers})
+            await send({"type": "http.response.body", "body": body})
+            return self.count(path, 429)
+
+        async def counting_send(message):
+            if message["type"] == "http.response.start":
+                self.count(path, message["status"])
+            await send(message)
+
+        return await self.app(scope, receive, counting_send)
+
+
+async def watch_loop_lag(histogram: Histogram, every_s: float = 0.1) -> None:
+    """How late the event loop wakes from a sleep: time every request waits for it beyond its own work."""
+    loop = asyncio.get_running_loop()
+    while True:
+        asked = loop.time()
+        await asyncio.sleep(every_s)
+        histogram.observe(max(0.0, loop.time() - asked - every_s))
+
+
 # --- the app -----------------------------------------------------------------------------------------------------
 
 
@@ -349,9 +400,15 @@ def create_app(config: ApiConfig, *, policy_transport: httpx.AsyncBaseTransport 
         "memstate_api_states_naming_an_option", "States that name one of the request's options", registry=registry
     )
     truncated = Counter("memstate_api_facts_truncated", "Facts left out to fit the prompt budget", registry=registry)
-    admission = Admission(config.max_concurrency, config.queue)
-    shed = Counter("memstate_api_shed", "Requests refused before any work: queue_full (429), deadline (503)",
-                   ["reason"], registry=registry)  # fmt: skip
+    admission = Admission(config.max_concurrency, config.queue, config.max_queue_wait_s)
+    shed = Counter("memstate_api_shed", "Requests refused before any work: queue_full and predicted_wait (429), "
+                   "deadline (503)", ["reason"], registry=registry)  # fmt: skip
+    loop_lag = Histogram(
+        "memstate_api_loop_lag_seconds",
+        "Event loop wake-up delay (sampled every 0.1 s)",
+        buckets=(0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
+        registry=registry,
+    )
     queue_wait = Histogram("memstate_api_queue_seconds", "Wait for a slot of admitted requests", registry=registry)
     Gauge("memstate_api_queue_depth", "Requests waiting for a slot", registry=registry).set_function(
         lambda: admission.waiting
@@ -361,7 +418,9 @@ def create_app(config: ApiConfig, *, policy_transport: httpx.AsyncBaseTransport 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
         app.state.policy = PolicyClient(config, policy_transport)
+        watcher = asyncio.create_task(watch_loop_lag(loop_lag))
         yield
+        watcher.cancel()
         await app.state.policy.client.aclose()
 
     app = FastAPI(
@@ -370,6 +429,7 @@ def create_app(config: ApiConfig, *, policy_transport: httpx.AsyncBaseTransport 
         description=__doc__,
         lifespan=lifespan,
     )
+    app.state.admission = admission  # for tests and operators' introspection
     bearer = HTTPBearer(auto_error=False)
 
     async def authorize(credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)]) -> None:
@@ -385,15 +445,42 @@ def create_app(config: ApiConfig, *, policy_transport: httpx.AsyncBaseTransport 
         status, detail = _validation_detail(exc)
         return JSONResponse({"detail": detail}, status_code=status)
 
-    @app.middleware("http")
-    async def count(request: Request, call_next):
-        response = await call_next(request)
-        requests_total.labels(request.url.path if request.url.path in KNOWN_PATHS else "other",
-                              str(response.status_code)).inc()  # fmt: skip
-        return response
+    def wait_budget(x_request_timeout: float | None) -> tuple[float, str]:
+        """The longest a request may wait for a slot, and where that bound comes from (for the message)."""
+        if x_request_timeout is not None and x_request_timeout < config.queue_timeout_s:
+            return x_request_timeout, " (the request's X-Request-Timeout)"
+        return config.queue_timeout_s, " (queue_timeout_s)"
+
+    def refused(reason: str, detail: str) -> None:
+        shed.labels(reason).inc()
+        logger.info("request refused (%s): %s", reason, detail)
+
+    def early_refusal(scope: dict) -> Refused | None:
+        """What the queue would answer a well-formed, authorized reasoning-state request now; None (let the app
+        answer) for anything else, so a 401 or a 422 on the header stays one."""
+        if scope["path"] != PATH or scope["method"] != "POST":
+            return None
+        headers = dict(scope["headers"])
+        if api_key and not hmac.compare_digest(headers.get(b"authorization", b""), b"Bearer " + api_key.encode()):
+            return None
+        timeout = None
+        if b"x-request-timeout" in headers:
+            try:
+                timeout = float(headers[b"x-request-timeout"])
+            except ValueError:
+                return None
+            if not (math.isfinite(timeout) and timeout > 0):
+                return None
+        refusal = admission.refusal(*wait_budget(timeout))
+        if refusal is not None:
+            refused(refusal.reason, refusal.detail)
+        return refusal
+
+    def count(path: str, status: int) -> None:
+        requests_total.labels(path if path in KNOWN_PATHS else "other", str(status)).inc()
 
     @app.post(
-        "/v1/reasoning-state",
+        PATH,
         response_model=ReasoningStateResponse,
         responses=ERRORS,
         dependencies=[Depends(authorize)],
@@ -413,17 +500,14 @@ def create_app(config: ApiConfig, *, policy_transport: httpx.AsyncBaseTransport 
     ) -> ReasoningStateResponse:
         started = time.perf_counter()
         facts, relations = check_request(body, config)
-        budget, why = config.queue_timeout_s, " (queue_timeout_s)"
-        if x_request_timeout is not None and x_request_timeout < budget:
-            budget, why = x_request_timeout, " (the request's X-Request-Timeout)"
+        budget, why = wait_budget(x_request_timeout)
         try:
             async with admission.slot(budget, why) as waited:
                 queue_wait.observe(waited)
                 return await answer(body, facts, relations, request.app.state.policy, started)
         except Refused as e:
-            shed.labels(e.reason).inc()
-            logger.info("request refused (%s): %s", e.reason, e.detail)
-            status = 429 if e.reason == "queue_full" else 503
+            refused(e.reason, e.detail)
+            status = 503 if e.reason == "deadline" else 429
             raise HTTPException(status, e.detail, headers={"Retry-After": str(e.retry_after)}) from None
 
     async def answer(
@@ -489,6 +573,7 @@ def create_app(config: ApiConfig, *, policy_transport: httpx.AsyncBaseTransport 
     async def metrics() -> Response:
         return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
 
-    KNOWN_PATHS = {"/v1/reasoning-state", "/healthz", "/metrics", "/openapi.json", "/docs"}
+    KNOWN_PATHS = {PATH, "/healthz", "/metrics", "/openapi.json", "/docs"}
     app.add_middleware(BodyLimit, limit=config.max_body_bytes)
+    app.add_middleware(Front, count=count, refusal=early_refusal)  # added last: outermost, before the body is read
     return app

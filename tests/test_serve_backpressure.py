@@ -123,6 +123,39 @@ def test_a_request_whose_deadline_passes_in_the_queue_gets_503_and_is_never_work
     assert (m[("memstate_api_in_flight",)], m[("memstate_api_queue_depth",)]) == (0, 0)
 
 
+def test_a_request_that_would_wait_too_long_is_refused_at_once_before_its_body_is_read(monkeypatch):
+    monkeypatch.setenv("MEMSTATE_API_KEY", "k")
+    auth = {"Authorization": "Bearer k"}
+    policy = GatedPolicy()
+    with ChatServer(policy) as server:
+        app = create_app(ApiConfig(policy_url=server.url, max_concurrency=1, max_queue=4, max_queue_wait_s=5.0))
+        app.state.admission.observe(3.0)  # history: a request holds its slot 3 s, so the next would wait ~3 s
+        with live_app(app) as url, policy, ThreadPoolExecutor(1) as pool:
+            first = pool.submit(httpx.post, url + PATH, json=payload(), headers=auth, timeout=30)
+            wait_for(lambda: load(url) == (1, 0), "1 request at work")
+            hurried = {**auth, "X-Request-Timeout": "2"}
+            short = httpx.post(url + PATH, json=payload(), headers=hurried, timeout=10)
+            garbage = httpx.post(url + PATH, content=b"{not json", headers=hurried, timeout=10)
+            anonymous = httpx.post(url + PATH, json=payload(), headers={"X-Request-Timeout": "2"}, timeout=10)
+            bad_header = httpx.post(url + PATH, json=payload(), headers={**auth, "X-Request-Timeout": "-1"}, timeout=10)
+            app.state.admission.max_wait_s = 2.0
+            capped = httpx.post(url + PATH, json=payload(), headers=auth, timeout=10)
+            policy.gate.set()
+            assert first.result().status_code == 200
+            m = metrics(url)
+    for reply, source in ((short, "the request's X-Request-Timeout"), (capped, "max_queue_wait_s")):
+        assert reply.status_code == 429 and reply.headers["retry-after"] == "3", reply.text
+        assert reply.json()["detail"] == (
+            f"the API is at capacity (1 at work, 0 queued, a slot would take about 3.0 s, more than the 2 s ({source}) "
+            "a request may wait); retry after 3 s"
+        )
+    assert garbage.status_code == 429  # refused before its body was read: no 400 for a body nobody parsed
+    assert anonymous.status_code == 401 and bad_header.status_code == 422  # what is wrong with a request stays said
+    assert len(server.requests) == 1  # only the first reached the policy
+    assert m[("memstate_api_shed_total", "predicted_wait")] == 3
+    assert m[("memstate_api_requests_total", PATH, "429")] == 3 and m[("memstate_api_requests_total", PATH, "200")] == 1
+
+
 def test_the_client_waits_what_retry_after_asks_and_succeeds_once_capacity_frees(monkeypatch):
     policy = GatedPolicy()
     waits = []
@@ -234,6 +267,38 @@ def test_admission_is_first_come_first_served_and_frees_what_it_takes():
     assert order == ["a", "c"]
     # Retry-After with no history (S = 1 s): 1 at work + 2 queued over 1 slot; then 1 at work + 1 queued.
     assert refusals == [("late", "queue_full", 3), ("d", "deadline", 2)]
+
+
+def test_admission_queues_only_requests_it_predicts_it_can_serve_in_time():
+    async def scenario() -> tuple[list, int]:
+        admission = Admission(limit=1, queue=4, max_wait_s=2.0)
+        refusals = []
+
+        async def request(budget: float) -> None:
+            try:
+                async with admission.slot(budget, " (budget)"):
+                    pass
+            except Refused as e:
+                refusals.append((e.reason, e.detail))
+
+        async with admission.slot(30):  # no history yet: nothing predicted, the next one may queue
+            queued = asyncio.create_task(request(30))
+            await asyncio.sleep(0)
+            assert admission.waiting == 1
+            admission.observe(1.5)  # S = 1.5 s (taking over the no-history start): the next would wait ~3 s
+            await request(30)  # over max_wait_s
+            admission.max_wait_s = None
+            await request(2.5)  # over its own budget
+            fits = asyncio.create_task(request(30))  # queued behind the first
+            await asyncio.sleep(0)
+            waiting = admission.waiting
+        await asyncio.gather(queued, fits)
+        return refusals, waiting
+
+    refusals, waiting = asyncio.run(scenario())
+    assert [reason for reason, _ in refusals] == ["predicted_wait"] * 2 and waiting == 2
+    assert "about 3.0 s, more than the 2 s (max_queue_wait_s)" in refusals[0][1]
+    assert "about 3.0 s, more than the 2.5 s (budget)" in refusals[1][1]
 
 
 def test_memory_ask_says_in_one_line_that_the_api_is_at_capacity(tiny_models, tmp_path, capsys, monkeypatch):
