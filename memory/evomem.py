@@ -76,8 +76,8 @@ def traverse(store: MemoryStore, seeds: list[str], depth: int, limit: int) -> li
 register(
     Backend(
         name="evomem",
-        summary="EvoMemState: hybrid (dense + BM25) seeds, then the stored SUPERSEDES/CONFLICTS_WITH edges up to depth "
-        "hops",
+        summary="EvoMemState: hybrid (dense + BM25) seeds, the best seeds' replies, then the stored "
+        "SUPERSEDES/CONFLICTS_WITH edges up to depth hops",
         search=evomem_search,
         decisions=("none (hybrid seeds + stored relations)",) * 2,
     )
