@@ -363,13 +363,14 @@ class Front:
         return await self.app(scope, receive, counting_send)
 
 
-async def watch_loop_lag(histogram: Histogram, every_s: float = 0.1) -> None:
-    """How late the event loop wakes from a sleep: time every request waits for it beyond its own work."""
+async def watch_loop_lag(observe: Callable[[float], None], every_s: float = 0.1) -> None:
+    """How late the event loop wakes from a sleep, in seconds, given to ``observe`` every ``every_s``: time every
+    request waits for the loop beyond its own work."""
     loop = asyncio.get_running_loop()
     while True:
         asked = loop.time()
         await asyncio.sleep(every_s)
-        histogram.observe(max(0.0, loop.time() - asked - every_s))
+        observe(max(0.0, loop.time() - asked - every_s))
 
 
 # --- the app -----------------------------------------------------------------------------------------------------
@@ -418,7 +419,7 @@ def create_app(config: ApiConfig, *, policy_transport: httpx.AsyncBaseTransport 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
         app.state.policy = PolicyClient(config, policy_transport)
-        watcher = asyncio.create_task(watch_loop_lag(loop_lag))
+        watcher = asyncio.create_task(watch_loop_lag(loop_lag.observe))
         yield
         watcher.cancel()
         await app.state.policy.client.aclose()
