@@ -187,46 +187,44 @@ def _measure_sample(
         retrieve(store, questions[0].text, k=max(ks), backend=backend)
         warmup[backend] = warmup.get(backend, 0.0) + 1000 * (time.perf_counter() - start)
     turns = TurnIndex(sample)
+    cuts = [(str(k), {"k": k}) for k in ks] + [(f"{b}tok", {"budget_tokens": b}) for b in budgets]
     records = []
     for q in questions:
         rec: dict[str, Any] = {"sample": q.sample, "qa": q.qa, "question": q.text, "category": q.category,
                                "evidence": list(q.evidence), "systems": {}, "equal_facts": {}}  # fmt: skip
         naive_at: dict[int, dict[str, float]] = {0: score(q.evidence, [])}
         vector = None
-        for k in ks:
+        for cut, size in cuts:
             for backend in backends:
                 start = time.perf_counter()
-                got = retrieve(store, q.text, k=k, backend=backend, depth=depth)
+                got = retrieve(store, q.text, backend=backend, depth=depth, **size)
                 ms = 1000 * (time.perf_counter() - start)
                 n = len(got.store_ids)
                 sources = [facts.get(i) for i in got.store_ids]
-                rec["systems"][f"{backend}@{k}"] = _row(q, sources, [f.text for f in got.facts], ms, tokens)
-                if backend != NAIVE:
+                rec["systems"][f"{backend}@{cut}"] = _row(q, sources, [f.text for f in got.facts], ms, tokens)
+                if backend != NAIVE and "k" in size:  # at a budget, naive@budget is the equal-cost comparison
                     if n not in naive_at:
                         vector = store.embed_query(q.text) if vector is None else vector
                         ids = retrieve(store, q.text, k=n, backend=NAIVE, query_vector=vector).store_ids
                         naive_at[n] = score(q.evidence, [facts.get(i) for i in ids])
-                    rec["equal_facts"][f"{backend}@{k}"] = {"naive_k": n, **naive_at[n]}
+                    rec["equal_facts"][f"{backend}@{cut}"] = {"naive_k": n, **naive_at[n]}
             start = time.perf_counter()
-            hits = turns.search(q.text, k)
+            hits = _bm25_turns(turns, q.text, tokens, **size)
             ms = 1000 * (time.perf_counter() - start)
-            rec["systems"][f"{BM25}@{k}"] = _row(q, [s for s, _ in hits], [t for _, t in hits], ms, tokens)
-        for budget in budgets:
-            for backend in backends:
-                start = time.perf_counter()
-                got = retrieve(store, q.text, backend=backend, budget_tokens=budget, depth=depth)
-                ms = 1000 * (time.perf_counter() - start)
-                sources = [facts.get(i) for i in got.store_ids]
-                rec["systems"][f"{backend}@{budget}tok"] = _row(q, sources, [f.text for f in got.facts], ms, tokens)
-            start = time.perf_counter()
-            hits = turns.search(q.text, BM25_BUDGET_POOL)
-            hits = [hits[i] for i in within_budget(tokens.counts([t for _, t in hits]), budget)]
-            ms = 1000 * (time.perf_counter() - start)
-            rec["systems"][f"{BM25}@{budget}tok"] = _row(q, [s for s, _ in hits], [t for _, t in hits], ms, tokens)
+            rec["systems"][f"{BM25}@{cut}"] = _row(q, [s for s, _ in hits], [t for _, t in hits], ms, tokens)
         records.append(rec)
         bar.update(1)
     turns.close()
     return records
+
+
+def _bm25_turns(turns: TurnIndex, question: str, tokens: TokenCounter, k: int | None = None,
+                budget_tokens: int | None = None) -> list[tuple[str, str]]:  # fmt: skip
+    """bm25_turns' ``k`` best turns, or its best ``BM25_BUDGET_POOL`` packed into ``budget_tokens``."""
+    if budget_tokens is None:
+        return turns.search(question, k)
+    hits = turns.search(question, BM25_BUDGET_POOL)
+    return [hits[i] for i in within_budget(tokens.counts([t for _, t in hits]), budget_tokens)]
 
 
 def _coverage(stored: dict[str, set[str | None]], questions: list[Question]) -> dict[str, Any]:
