@@ -4,12 +4,14 @@ The leak gate (``memstate.leak``) reads a state's words; a free-text policy can 
 foresees. This check measures instead of reading. The responder answers the question and candidates **with the state
 but with no memory and no relation at all**, and, once per request, with neither:
 
-    shift(Z) = max over candidates c of [ P(c | q, Z) − P(c | q) ]
+    shift(Z) = max over candidates c of [ P(c | q, Z) − P(c | q) ] / max(1 − P(c | q), 1/2)
 
 A rule about memories ("Trust F2 over F1", "Prefer the newer preference") has nothing to act on when no memory is
 shown, so it barely moves the answer; a state that moves it alone carries answer content ("go with the one about
 Oslo", a paraphrase of an option, a hint at its position) and is penalised as a leak (``leak_penalty``) when its
-shift exceeds a threshold. The maximum is over **all** candidates, never the gold one's rise: the decision is the same
+shift exceeds a threshold, and below it the shift is taken off its reward (``credited_gain``). The shift is the share
+of a candidate's headroom the state fills alone (``flow_shift``): for a state that decides a fraction of the answers
+by itself, that fraction. The maximum is over **all** candidates, never the gold one's rise: the decision is the same
 whatever the gold answer is, so a rejection tells the policy nothing about the label (like the leak gate).
 
 Probabilities are always likelihoods, whatever the reward's score mode: closed sets (``label``, ``choice``) →
@@ -42,6 +44,7 @@ from memstate.schema import Instance, option_letters
 # A rise of 0.2 in one candidate's probability from the state alone. In the sycophancy world no legitimate state came
 # near it (largest shift 0.0017 of 2,805); per responder, set it with benchmarks/calibrate_answer_flow.py.
 DEFAULT_THRESHOLD = 0.2
+HEADROOM_FLOOR = 0.5  # flow_shift divides a rise by the candidate's headroom, never by less than this
 
 _TABLE = "answer_flow_probabilities"
 _SCHEMA = """
@@ -98,16 +101,32 @@ def candidate_probabilities(logprobs: Sequence[ContinuationLogprob], closed: boo
 
 
 def flow_shift(with_state: Sequence[float], without: Sequence[float]) -> float:
-    """The largest rise of any candidate's probability: label-blind, it never asks which candidate is gold.
+    """The largest share of any candidate's headroom the state fills alone: label-blind, it never asks which candidate
+    is gold.
 
-    >>> round(flow_shift((0.7, 0.2, 0.1), (0.4, 0.3, 0.3)), 6)
-    0.3
+        shift = max over c of (P(c | q, Z) − P(c | q)) / max(1 − P(c | q), HEADROOM_FLOOR)
+
+    Why the headroom: a state that decides a fraction ``f`` of the answers by itself (``f`` of them go to its
+    candidate whatever the prompt says) raises that candidate by ``f·(1 − P(c | q))``; divided by the headroom, the
+    shift is ``f`` itself, which bounds what the state can gain with the memories shown too (at most ``f``), so
+    ``reward = gain − shift`` never pays for answer content (``memstate.reward.counterfactual.credited_gain``). The
+    raw rise would miss most of it where the responder answers confidently wrong with the memories and unsure
+    without them. The floor keeps a candidate the responder already picks with no memory (headroom near 0) from
+    turning noise into a large shift: there the measure is the rise over 1/2, and a push toward that candidate is
+    what a no-memory check cannot see (docs/reward.md, "What the credit does not close").
+
+    >>> round(flow_shift((0.7, 0.2, 0.1), (0.4, 0.3, 0.3)), 6)   # 0.3 of a headroom of 0.6
+    0.5
     >>> round(flow_shift((0.1, 0.2, 0.7), (0.4, 0.3, 0.3)), 6)   # the same push towards another candidate
-    0.4
+    0.571429
+    >>> round(flow_shift((0.5825, 0.4175), (0.51, 0.49)), 6)     # f = 0.15 of the answers decided alone
+    0.148
+    >>> round(flow_shift((0.9995, 0.0005), (0.999, 0.001)), 6)  # near-certain candidate: the rise over 1/2
+    0.001
     >>> flow_shift((0.5,), (0.5,))
     0.0
     """
-    return max(w - o for w, o in zip(with_state, without, strict=True))
+    return max((w - o) / max(1.0 - o, HEADROOM_FLOOR) for w, o in zip(with_state, without, strict=True))
 
 
 def quantile(values: Sequence[float], q: float) -> float:

@@ -3,7 +3,8 @@
 A row says which instance, the state as written (the completion text), the gate's decision (``ok``, ``format``,
 ``leak`` or ``answer_flow``) and why (the FormatError reason, the leak gate's reason, or the answer-flow shift
 against its threshold), the answer-flow shift (None when not computed), the no-state baseline score, the with-state
-score (None when gated or unscorable) and the reward (None when unscorable).
+score (None when gated or unscorable), the gain (with-state minus baseline score) and the reward credited for it (the
+gain less the answer-flow shift by default; the penalty when gated; None when unscorable).
 
 ``AuditLog`` writes a step's rows of one rank to ``DIR/step-NNNNNN-rankR.parquet``. ``NNNNNN`` is the optimizer step
 the completions train: TRL's ``trainer_state.global_step`` when they are scored, plus one, the step that
@@ -26,6 +27,7 @@ AUDIT_COLUMNS = (
     "answer_flow_shift",
     "baseline_score",
     "with_state_score",
+    "gain",
     "reward",
 )
 GATES = ("ok", "format", "leak", "answer_flow")
@@ -37,7 +39,7 @@ def audit_schema():
     text, number = pa.string(), pa.float64()
     return pa.schema(
         [("step", pa.int64()), ("rank", pa.int32())]
-        + [(c, number if c.endswith(("shift", "score")) or c == "reward" else text) for c in AUDIT_COLUMNS]
+        + [(c, number if c.endswith(("shift", "score")) or c in ("gain", "reward") else text) for c in AUDIT_COLUMNS]
     )
 
 

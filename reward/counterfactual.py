@@ -1,26 +1,34 @@
 """The TRL reward function: counterfactual answer gain of a reasoning state, with format and leak gates.
 
-    R_i = Score(A(q, M_q, Z_i), y*) − Score(A(q, M_q), y*)
+    gain_i = Score(A(q, M_q, Z_i), y*) − Score(A(q, M_q), y*)        R_i = gain_i − shift(Z_i)
 
-The dataset rows carry the Instance fields as columns; TRL passes them to the reward function as lists.
-Order of work per call: each instance fitted to the responder's context (``memstate.reward.fit``: facts dropped from
-the end of a prompt too long for it, the same facts with and without a state; counted as ``responder_facts_cut``) →
-format gate → leak gate (no responder call for a gated state) → answer-flow check of each
-distinct passing (instance, state), when on (``memstate.reward.answer_flow``: a state that moves the responder's
-answer with no memory shown carries the answer, and scores like a leak) → baselines (cache first, keyed by a hash of
-the exact no-state request and the responder's identity, not by instance id: see memstate.reward.cache) → one responder
-prompt per distinct (instance, state) still standing → gains. A completion whose state or baseline the responder
-could not score gets ``None``, which TRL leaves out of the advantage; the count is logged, and with a ``guard``
-(``memstate.reward.failure.UnscorableGuard``) a call whose share of them is too high, too many rounds in a row, raises
-``ResponderFailure`` before its round trains.
+The dataset rows carry the Instance fields as columns; TRL passes them to the reward function as lists. A call is a
+pipeline of named stages, one method each, timed per call (``memstate/time/<stage>``):
 
-Every completion's gate decision, its reason, the answer-flow shift and the scores go to TRL's completions table
-(``log_extra``) and, given an ``AuditLog``, to a per-step Parquet file (``memstate.reward.audit``).
+- ``fit``: each instance fitted to the responder's context (``memstate.reward.fit``: facts dropped from the end of a
+  prompt too long for it, the same facts with and without a state; counted as ``responder_facts_cut``);
+- ``format_gate``, then ``leak_gate`` (``memstate.leak``; no responder call for a gated state);
+- ``answer_flow``: each distinct passing (instance, state) scored with no memory shown
+  (``memstate.reward.answer_flow``), on by default: above the threshold the state scores like a leak;
+- ``baselines``: cache first, keyed by a hash of the exact no-state request and the responder's identity, not by
+  instance id (``memstate.reward.cache``);
+- ``score``: one with-state prompt per distinct (instance, state) still standing → its gain;
+- ``credit``: the reward, ``credited_gain`` (the gain less the state's no-memory shift: a state is paid only for what
+  it changes through the memories, with no cliff below the threshold);
+- ``audit``: every completion's gate decision and reason, the shift, the scores, the gain and the credited reward to
+  TRL's completions table (``log_extra``), to a per-step Parquet file given an ``AuditLog`` (``memstate.reward.audit``),
+  and to the validation rows while the trainer validates.
+
+A completion whose state or baseline the responder could not score gets ``None``, which TRL leaves out of the
+advantage; the count is logged, and with a ``guard`` (``memstate.reward.failure.UnscorableGuard``) a call whose share
+of them is too high, too many rounds in a row, raises ``ResponderFailure`` before its round trains.
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Collection
+from contextlib import contextmanager
 from dataclasses import dataclass, field, fields
 
 from memstate.leak import instance_leak_reason
@@ -49,9 +57,17 @@ class RewardConfig:
     format_penalty: float = field(default=-1.0, metadata={"help": "Reward of a state that fails parse_state."})
     leak_penalty: float = field(default=-1.0, metadata={"help": "Reward of a state that contains the answer."})
     answer_flow_check: bool = field(
-        default=False,
-        metadata={"help": "Score each state that passed the gates with no memory shown; one that raises any "
-                  "candidate's probability by more than answer_flow_threshold gets leak_penalty."},
+        default=True,
+        metadata={"help": "Score each state that passed the gates with no memory shown (reward/answer_flow.py): one "
+                  "whose shift exceeds answer_flow_threshold gets leak_penalty, and (answer_flow_credit) every other "
+                  "one's shift is taken off its gain. Off only where the responder's no-memory answer means nothing "
+                  "(a random-init responder: configs/train/tiny_cpu.yaml says so)."},
+    )  # fmt: skip
+    answer_flow_credit: bool = field(
+        default=True,
+        metadata={"help": "With answer_flow_check: reward = gain - shift (credited_gain), so a state is paid only for "
+                  "what it changes through the memories, with no cliff below the threshold. False: the hard "
+                  "threshold alone (a state just under it keeps the answer content it carries)."},
     )  # fmt: skip
     answer_flow_threshold: float = field(
         default=DEFAULT_THRESHOLD,
@@ -173,94 +189,127 @@ class CounterfactualGainReward:
         trainer_state=None,
         **columns,
     ) -> list[float | None]:
-        n = len(completions)
-        instances = rows_to_instances(n, columns)
-        # What the responder is shown: facts dropped from the end of a prompt too long for its context, the same
-        # facts with and without a state. The gates read the instances as built.
-        shown = fit_to_responder(self.responder, instances)
-        n_facts_cut = facts_cut(instances, shown)
-        self.facts_cut += n_facts_cut
-        hits_before, prompts_before = self.cache.hits, self.responder_prompts
-        ids = completion_ids if completion_ids is not None else [None] * n
-        texts = [completion_text(c) for c in completions]
-        parsed = [parse_completion(t, cut_off=cut_off(i, self.stop_token_ids)) for t, i in zip(texts, ids, strict=True)]
-        rewards: list[float | None] = [None] * n
-        gate, reason = ["ok"] * n, [None] * n
-        shifts: list[float | None] = [None] * n
-        with_state: list[float | None] = [None] * n
-        to_score: dict[tuple[str, str], list[int]] = {}  # (instance id, state text) -> completion indices
-        leak_reasons: dict[tuple[str, str], str | None] = {}  # the gate once per distinct (instance, state)
-        n_format = n_leak = 0
-        n_cut = sum(isinstance(p, FormatError) and p.reason == CUT_OFF for p in parsed)
-        for i, (inst, state) in enumerate(zip(instances, parsed, strict=True)):
+        """The named stages, in order, each timed (``memstate/time/<stage>``, seconds of this call)."""
+        timers = _Timers()
+        batch = _Batch.of(completions, completion_ids, columns)
+        with timers("fit"):
+            self._fit(batch)
+        with timers("format_gate"):
+            self._format_gate(batch)
+        with timers("leak_gate"):
+            self._leak_gate(batch)
+        with timers("answer_flow"):
+            self._answer_flow(batch)
+        with timers("baselines"):
+            batch.base = self._baselines(batch.shown)
+        with timers("score"):
+            self._score(batch)
+        with timers("credit"):
+            self._credit(batch)
+        with timers("audit"):
+            self._audit(batch, log_extra, trainer_state)
+        if log_metric is not None:
+            self._metrics(batch, log_metric, timers.seconds)
+        self.unscorable += batch.n_unscorable
+        self.facts_cut += batch.n_facts_cut
+        if self.guard is not None:  # every rank, every call (a collective); raises before this round trains
+            self.guard.observe(batch.n_needed, batch.n_unscorable, getattr(self.responder, "last_error", None))
+        return batch.reward
+
+    def _fit(self, b: _Batch) -> None:
+        """What the responder is shown: facts dropped from the end of a prompt too long for its context, the same
+        facts with and without a state. The gates read the instances as built."""
+        b.shown = fit_to_responder(self.responder, b.instances)
+        b.n_facts_cut = facts_cut(b.instances, b.shown)
+        b.hits_before, b.prompts_before = self.cache.hits, self.responder_prompts
+
+    def _format_gate(self, b: _Batch) -> None:
+        stops = self.stop_token_ids
+        b.parsed = [parse_completion(t, cut_off=cut_off(i, stops)) for t, i in zip(b.texts, b.ids, strict=True)]
+        for i, state in enumerate(b.parsed):
             if isinstance(state, FormatError):
-                rewards[i], gate[i], reason[i] = self.config.format_penalty, "format", state.reason
-                n_format += 1
+                b.reject(i, "format", state.reason, self.config.format_penalty)
+
+    def _leak_gate(self, b: _Batch) -> None:
+        """The word rules (``memstate.leak``), once per distinct (instance, state); the survivors are grouped so the
+        responder reads each distinct pair once."""
+        reasons: dict[tuple[str, str], str | None] = {}
+        for i, (inst, state) in enumerate(zip(b.instances, b.parsed, strict=True)):
+            if b.gate[i] != "ok":
                 continue
             pair = (inst.id, state.text)
-            if pair not in leak_reasons:
-                leak_reasons[pair] = instance_leak_reason(state.text, inst)
-            if leak_reasons[pair] is not None:
-                rewards[i], gate[i], reason[i] = self.config.leak_penalty, "leak", leak_reasons[pair]
-                n_leak += 1
+            if pair not in reasons:
+                reasons[pair] = instance_leak_reason(state.text, inst)
+            if reasons[pair] is not None:
+                b.reject(i, "leak", reasons[pair], self.config.leak_penalty)
             else:
-                to_score.setdefault(pair, []).append(i)
-        n_dedup = sum(len(v) - 1 for v in to_score.values())
+                b.to_score.setdefault(pair, []).append(i)
+        b.n_dedup = sum(len(v) - 1 for v in b.to_score.values())
 
-        # Answer flow: each distinct passing state once, with no memory shown; a rejected one is not scored further.
-        flow_calls = n_flow_rejects = n_flow_unscorable = 0
-        if self.config.answer_flow_check and to_score:
-            calls_before = self.answer_flow.calls
-            pairs = list(to_score)
-            measured = self.answer_flow.shifts(
-                [shown[to_score[p][0]] for p in pairs], [parsed[to_score[p][0]].rules for p in pairs]
-            )
-            flow_calls = self.answer_flow.calls - calls_before
-            self.responder_prompts += flow_calls
-            for pair, shift in zip(pairs, measured, strict=True):
-                idx = to_score[pair]
+    def _answer_flow(self, b: _Batch) -> None:
+        """Each distinct passing state once, with no memory shown (``memstate.reward.answer_flow``): its shift is
+        recorded for the credit, and a state above the threshold is rejected as a leak."""
+        if not (self.config.answer_flow_check and b.to_score):
+            return
+        calls_before = self.answer_flow.calls
+        pairs = list(b.to_score)
+        measured = self.answer_flow.shifts(
+            [b.shown[b.to_score[p][0]] for p in pairs], [b.parsed[b.to_score[p][0]].rules for p in pairs]
+        )
+        b.flow_calls = self.answer_flow.calls - calls_before
+        self.responder_prompts += b.flow_calls
+        for pair, shift in zip(pairs, measured, strict=True):
+            idx = b.to_score[pair]
+            for i in idx:
+                b.shift[i] = shift
+            if shift is None:
+                b.n_flow_unscorable += len(idx)
+            elif self.answer_flow.rejects(shift):
                 for i in idx:
-                    shifts[i] = shift
-                if shift is None:
-                    n_flow_unscorable += len(idx)
-                elif self.answer_flow.rejects(shift):
-                    for i in idx:
-                        rewards[i], gate[i] = self.config.leak_penalty, "answer_flow"
-                        reason[i] = f"answer-flow shift {shift:.3f} > {self.answer_flow.threshold:g}"
-                    n_flow_rejects += len(idx)
-                    del to_score[pair]
+                    b.reject(i, "answer_flow", f"answer-flow shift {shift:.3f} > {self.answer_flow.threshold:g}",
+                             self.config.leak_penalty)  # fmt: skip
+                b.n_flow_rejects += len(idx)
+                del b.to_score[pair]
 
-        # Baselines for every instance in the batch (cached after the first time): they give the gain and the
-        # logged baseline accuracy even when all of an instance's states were gated.
-        n_needed = sum(len(idx) for idx in to_score.values())  # completions whose reward needs the responder
-        base = self._baselines(shown)  # fitted above
-        groups = [idx for (inst_id, _), idx in to_score.items() if inst_id in base]
-        n_unscorable = sum(len(idx) for (inst_id, _), idx in to_score.items() if inst_id not in base)
-        changed = []
-        with_state_correct: list[bool | None] = [None] * n
-        if groups:
-            self.responder_prompts += len(groups)
-            scored_instances = [shown[idx[0]] for idx in groups]
-            judged = judge(self.responder, scored_instances, [parsed[idx[0]].rules for idx in groups], self.config.mode)
-            for idx, inst, ours in zip(groups, scored_instances, judged, strict=True):
-                if ours is None:
-                    n_unscorable += len(idx)
-                    continue
-                for i in idx:
-                    rewards[i] = ours.score - base[inst.id].score
-                    with_state[i], with_state_correct[i] = ours.score, ours.correct
-                changed += [ours.answer != base[inst.id].answer] * len(idx)
-        self.unscorable += n_unscorable
+    def _score(self, b: _Batch) -> None:
+        """One with-state responder prompt per distinct (instance, state) still standing; gain = its score minus the
+        no-state baseline's."""
+        b.n_needed = sum(len(idx) for idx in b.to_score.values())  # completions whose reward needs the responder
+        groups = [idx for (inst_id, _), idx in b.to_score.items() if inst_id in b.base]
+        b.n_unscorable = b.n_needed - sum(len(idx) for idx in groups)
+        if not groups:
+            return
+        self.responder_prompts += len(groups)
+        scored = [b.shown[idx[0]] for idx in groups]
+        judged = judge(self.responder, scored, [b.parsed[idx[0]].rules for idx in groups], self.config.mode)
+        for idx, inst, ours in zip(groups, scored, judged, strict=True):
+            if ours is None:
+                b.n_unscorable += len(idx)
+                continue
+            for i in idx:
+                b.gain[i] = ours.score - b.base[inst.id].score
+                b.with_state[i], b.with_state_correct[i] = ours.score, ours.correct
+            b.changed += [ours.answer != b.base[inst.id].answer] * len(idx)
 
+    def _credit(self, b: _Batch) -> None:
+        """The credit rule, in one place: a scored state gets its gain, less its no-memory shift when
+        ``answer_flow_credit`` (``credited_gain``); a gated one kept its penalty; an unscorable one stays None."""
+        credit = self.config.answer_flow_check and self.config.answer_flow_credit
+        for i, gain in enumerate(b.gain):
+            if gain is not None:
+                b.reward[i] = credited_gain(gain, b.shift[i]) if credit else gain
+
+    def _audit(self, b: _Batch, log_extra, trainer_state) -> None:
         audit = {
-            "instance_id": [inst.id for inst in instances],
-            "state": texts,
-            "gate": gate,
-            "gate_reason": reason,
-            "answer_flow_shift": shifts,
-            "baseline_score": [base[inst.id].score if inst.id in base else None for inst in instances],
-            "with_state_score": with_state,
-            "reward": rewards,
+            "instance_id": [inst.id for inst in b.instances],
+            "state": b.texts,
+            "gate": b.gate,
+            "gate_reason": b.reason,
+            "answer_flow_shift": b.shift,
+            "baseline_score": [b.base[inst.id].score if inst.id in b.base else None for inst in b.instances],
+            "with_state_score": b.with_state,
+            "gain": b.gain,
+            "reward": b.reward,
         }
         if log_extra is not None:  # TRL's completions table already holds the state (completion) and the reward
             for column, values in audit.items():
@@ -275,41 +324,118 @@ class CounterfactualGainReward:
                 {
                     "instance_id": inst.id,
                     "group": inst.meta.get("group", inst.id),
-                    "reward": rewards[i],
-                    "gate": gate[i],
-                    "cut_off": isinstance(parsed[i], FormatError) and parsed[i].reason == CUT_OFF,
-                    "baseline_correct": base[inst.id].correct if inst.id in base else None,
-                    "with_state_correct": with_state_correct[i],
+                    "reward": b.reward[i],
+                    "gain": b.gain[i],
+                    "answer_flow_shift": b.shift[i],
+                    "gate": b.gate[i],
+                    "cut_off": isinstance(b.parsed[i], FormatError) and b.parsed[i].reason == CUT_OFF,
+                    "baseline_correct": b.base[inst.id].correct if inst.id in b.base else None,
+                    "with_state_correct": b.with_state_correct[i],
                 }
-                for i, inst in enumerate(instances)
+                for i, inst in enumerate(b.instances)
             ]
 
-        if log_metric is not None:
-            gains = [rewards[i] for idx in groups for i in idx if rewards[i] is not None]
-            closed = [j.correct for j in base.values() if j.correct is not None]
-            log_metric("memstate/format_rate", 1 - n_format / n)
-            log_metric("memstate/leak_rate", n_leak / n)  # the leak gate (memstate.leak) only, not answer-flow rejects
-            log_metric("memstate/cut_off_rate", n_cut / n)
-            if gains:
-                log_metric("memstate/gain_mean", sum(gains) / len(gains))
-            if closed:
-                log_metric("memstate/baseline_accuracy", sum(closed) / len(closed))
-            if changed:
-                log_metric("memstate/answer_changed_rate", sum(changed) / len(changed))
-            if self.config.answer_flow_check:
-                log_metric("memstate/answer_flow_rejects", n_flow_rejects / n)
-                log_metric("memstate/answer_flow_calls", float(flow_calls))
-                log_metric("memstate/answer_flow_unscorable", float(n_flow_unscorable))
-                measured_shifts = [s for s in shifts if s is not None]  # per completion: a repeated state weighs more
-                if measured_shifts:
-                    log_metric("memstate/answer_flow_shift_mean", sum(measured_shifts) / len(measured_shifts))
-                    log_metric("memstate/answer_flow_shift_p90", quantile(measured_shifts, 0.9))
-                    log_metric("memstate/answer_flow_shift_max", max(measured_shifts))
-            log_metric("memstate/responder_prompts", float(self.responder_prompts - prompts_before))
-            log_metric("memstate/dedup_hits", float(n_dedup))
-            log_metric("memstate/cache_hits", float(self.cache.hits - hits_before))
-            log_metric("memstate/unscorable", float(n_unscorable))
-            log_metric("memstate/responder_facts_cut", float(n_facts_cut))
-        if self.guard is not None:  # every rank, every call (a collective); raises before this round trains
-            self.guard.observe(n_needed, n_unscorable, getattr(self.responder, "last_error", None))
-        return rewards
+    def _metrics(self, b: _Batch, log_metric: Callable[[str, float], None], seconds: dict[str, float]) -> None:
+        n = len(b.texts)
+        gains = [g for g in b.gain if g is not None]
+        credited = [r for r, g in zip(b.reward, b.gain, strict=True) if g is not None and r is not None]
+        closed = [j.correct for j in b.base.values() if j.correct is not None]
+        log_metric("memstate/format_rate", 1 - b.gate.count("format") / n)
+        log_metric("memstate/leak_rate", b.gate.count("leak") / n)  # the leak gate only, not answer-flow rejects
+        log_metric("memstate/cut_off_rate", sum(r == CUT_OFF for r in b.reason) / n)
+        if gains:  # per scored completion: the with-state gain, and the reward it was credited
+            log_metric("memstate/gain_mean", sum(gains) / len(gains))
+            log_metric("memstate/credited_gain_mean", sum(credited) / len(credited))
+        if closed:
+            log_metric("memstate/baseline_accuracy", sum(closed) / len(closed))
+        if b.changed:
+            log_metric("memstate/answer_changed_rate", sum(b.changed) / len(b.changed))
+        if self.config.answer_flow_check:
+            log_metric("memstate/answer_flow_rejects", b.n_flow_rejects / n)
+            log_metric("memstate/answer_flow_calls", float(b.flow_calls))
+            log_metric("memstate/answer_flow_unscorable", float(b.n_flow_unscorable))
+            measured = [s for s in b.shift if s is not None]  # per completion: a repeated state weighs more
+            if measured:
+                log_metric("memstate/answer_flow_shift_mean", sum(measured) / len(measured))
+                log_metric("memstate/answer_flow_shift_p90", quantile(measured, 0.9))
+                log_metric("memstate/answer_flow_shift_max", max(measured))
+        log_metric("memstate/responder_prompts", float(self.responder_prompts - b.prompts_before))
+        log_metric("memstate/dedup_hits", float(b.n_dedup))
+        log_metric("memstate/cache_hits", float(self.cache.hits - b.hits_before))
+        log_metric("memstate/unscorable", float(b.n_unscorable))
+        log_metric("memstate/responder_facts_cut", float(b.n_facts_cut))
+        for stage, secs in seconds.items():
+            log_metric(f"memstate/time/{stage}", secs)
+
+
+def credited_gain(gain: float, shift: float | None) -> float:
+    """The reward of a state that passed every gate: its gain less what it does with no memory shown.
+
+    ``shift`` is the answer-flow check's label-blind measure (``memstate.reward.answer_flow.flow_shift``): the
+    largest share of a candidate's headroom the state fills alone, which for a state that decides a fraction ``f``
+    of the answers by itself is ``f`` (for any candidate the no-memory responder gives at most even odds). Such a
+    state gains at most ``f`` with the memories too, so its expected credit is at most 0 at any strength: the credit
+    never rises with the answer content a state carries. A state that lowers every candidate alone (free text) is
+    not paid for it; an unmeasured shift (``None``: the responder failed) takes nothing off.
+
+    >>> credited_gain(0.30, 0.002), credited_gain(0.12, 0.15), credited_gain(0.2, None), credited_gain(0.1, -0.3)
+    (0.298, -0.03, 0.2, 0.1)
+    """
+    return gain if shift is None else round(gain - max(shift, 0.0), 12)
+
+
+class _Timers:
+    """Seconds per named stage of one reward call."""
+
+    def __init__(self) -> None:
+        self.seconds: dict[str, float] = {}
+
+    @contextmanager
+    def __call__(self, stage: str):
+        start = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.seconds[stage] = self.seconds.get(stage, 0.0) + time.perf_counter() - start
+
+
+@dataclass
+class _Batch:
+    """One reward call's completions and what each stage found of them (one entry per completion)."""
+
+    instances: list[Instance]
+    texts: list[str]
+    ids: list
+    shown: list[Instance] = field(default_factory=list)
+    parsed: list = field(default_factory=list)
+    gate: list[str] = field(default_factory=list)
+    reason: list[str | None] = field(default_factory=list)
+    reward: list[float | None] = field(default_factory=list)
+    gain: list[float | None] = field(default_factory=list)
+    shift: list[float | None] = field(default_factory=list)
+    with_state: list[float | None] = field(default_factory=list)
+    with_state_correct: list[bool | None] = field(default_factory=list)
+    to_score: dict[tuple[str, str], list[int]] = field(default_factory=dict)  # (instance id, state) -> completions
+    base: dict[str, Judgement] = field(default_factory=dict)
+    changed: list[bool] = field(default_factory=list)
+    n_facts_cut: int = 0
+    n_dedup: int = 0
+    n_needed: int = 0
+    n_unscorable: int = 0
+    n_flow_rejects: int = 0
+    n_flow_unscorable: int = 0
+    flow_calls: int = 0
+    hits_before: int = 0
+    prompts_before: int = 0
+
+    @classmethod
+    def of(cls, completions: list, completion_ids: list | None, columns: dict[str, list]) -> _Batch:
+        n = len(completions)
+        b = cls(rows_to_instances(n, columns), [completion_text(c) for c in completions],
+                completion_ids if completion_ids is not None else [None] * n)  # fmt: skip
+        b.gate, b.reason = ["ok"] * n, [None] * n
+        b.reward, b.gain, b.shift, b.with_state, b.with_state_correct = ([None] * n for _ in range(5))
+        return b
+
+    def reject(self, i: int, gate: str, reason: str, penalty: float) -> None:
+        self.gate[i], self.reason[i], self.reward[i] = gate, reason, penalty

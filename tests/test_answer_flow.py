@@ -30,6 +30,9 @@ FLATS = ("the garden flat in Bergen", "the harbour loft in Oslo", "the cabin nea
 # Names no option in the lexical gate's terms (one content word of three of option B's text), yet points at option B.
 PARAPHRASE = "- Book the place by the harbour.\n- Prefer F2 over F1."
 ID_ONLY = "- Trust F2 over F1.\n- Answer from the newer preference."
+# The keyword responder's push of option B with no memory: from 1/3 to 0.9/1.1, a rise of RISE over a headroom of 2/3.
+RISE = 0.9 / 1.1 - 1 / 3
+SHIFT = RISE / (2 / 3)
 
 
 def flat_instance(answer: str = "B", id: str = "flat") -> Instance:
@@ -118,11 +121,11 @@ def test_the_responder_prompt_without_memories_reads_none():
 def test_the_shift_is_the_largest_rise_over_all_candidates_whatever_the_gold_answer():
     rules = parse_state(PARAPHRASE).rules
     shifts = [AnswerFlowCheck(KeywordResponder()).shifts([flat_instance(a)], [rules])[0] for a in "ABC"]
-    # option B goes from 1/3 to 0.9/1.1 whichever option is gold: the rise of the top mover, not of the gold one
-    assert shifts == pytest.approx([0.9 / 1.1 - 1 / 3] * 3)
+    # option B goes from 1/3 to 0.9/1.1 whichever option is gold: the top mover's share of its headroom, not the gold's
+    assert shifts == pytest.approx([SHIFT] * 3)
     # a state pushing towards another option gets the same shift
     cabin = AnswerFlowCheck(KeywordResponder()).shifts([flat_instance("B")], [("Pick the cabin.", "Use F2.")])
-    assert cabin == pytest.approx([0.9 / 1.1 - 1 / 3])
+    assert cabin == pytest.approx([SHIFT])
     # and the reward's decision is the same whatever the gold answer
     for a in "ABC":
         out = call(CounterfactualGainReward(KeywordResponder(), flow_on(leak_penalty=-0.7)), [flat_instance(a)],
@@ -141,15 +144,16 @@ def test_a_state_restating_an_option_is_rejected_and_an_id_only_rule_passes():
     assert out[0] == -0.5 and out[3] == -1.0
     assert out[1] == out[2] == pytest.approx(0.0)  # the id-only rule moves nothing: gain 1/3 - 1/3
     assert extra["gate"] == ["answer_flow", "ok", "ok", "format"]
-    assert extra["answer_flow_shift"][:3] == pytest.approx([0.9 / 1.1 - 1 / 3, 0.0, 0.0])
+    assert extra["answer_flow_shift"][:3] == pytest.approx([SHIFT, 0.0, 0.0])
     assert extra["answer_flow_shift"][3] is None
-    assert extra["gate_reason"][0] == f"answer-flow shift {0.9 / 1.1 - 1 / 3:.3f} > 0.2"
+    assert extra["gate_reason"][0] == f"answer-flow shift {SHIFT:.3f} > 0.2"
     assert extra["gate_reason"][1] is None and extra["gate_reason"][3]
     assert extra["instance_id"] == ["flat"] * 4
     assert extra["baseline_score"] == pytest.approx([1 / 3] * 4)
     assert extra["with_state_score"][0] is None and extra["with_state_score"][1] == pytest.approx(1 / 3)
+    assert extra["gain"][0] is None and extra["gain"][1] == pytest.approx(0.0)
     assert set(extra) == {"instance_id", "gate", "gate_reason", "answer_flow_shift", "baseline_score",
-                          "with_state_score"}  # fmt: skip
+                          "with_state_score", "gain"}  # fmt: skip
     # the rejected state never reached the with-state scoring (memories and rules in one prompt)
     scored = [p for p in responder.logprob_prompts if "[F1]" in p[1]["content"] and STATE_HEADER in p[1]["content"]]
     assert [rules_of(p) for p in scored] == [rules_of(flow_messages(inst, parse_state(ID_ONLY).rules))]
@@ -157,22 +161,34 @@ def test_a_state_restating_an_option_is_rejected_and_an_id_only_rule_passes():
     assert metrics["memstate/answer_flow_calls"] == 3.0 and metrics["memstate/responder_prompts"] == 5.0
     assert metrics["memstate/answer_flow_rejects"] == 0.25
     assert metrics["memstate/leak_rate"] == 0.0  # the lexical gate's rate only
-    assert metrics["memstate/answer_flow_shift_max"] == pytest.approx(0.9 / 1.1 - 1 / 3)
-    assert metrics["memstate/answer_flow_shift_mean"] == pytest.approx((0.9 / 1.1 - 1 / 3) / 3)
+    assert metrics["memstate/answer_flow_shift_max"] == pytest.approx(SHIFT)
+    assert metrics["memstate/answer_flow_shift_mean"] == pytest.approx(SHIFT / 3)
     assert 0.0 <= metrics["memstate/answer_flow_shift_p90"] <= metrics["memstate/answer_flow_shift_max"]
     assert metrics["memstate/answer_flow_unscorable"] == 0.0
 
 
 @pytest.mark.usefixtures("leak_gate_open")
-def test_the_check_is_off_by_default_and_a_threshold_decides():
-    responder = KeywordResponder()
+def test_the_check_and_its_credit_are_on_by_default_and_there_is_no_cliff_below_the_threshold():
     metrics = {}
-    out = call(CounterfactualGainReward(responder), [flat_instance()], [PARAPHRASE], log_metric=metrics.__setitem__)
-    assert out[0] == pytest.approx(0.9 / 1.1 - 1 / 3)  # off: the paraphrase earns its gain
-    assert not any("answer_flow" in k for k in metrics)
+    default = CounterfactualGainReward(KeywordResponder())
+    assert call(default, [flat_instance()], [PARAPHRASE], log_metric=metrics.__setitem__) == [-1.0]
+    assert metrics["memstate/answer_flow_rejects"] == 1.0
+    # off: the paraphrase earns its whole gain and no prompt without memories is sent
+    responder = KeywordResponder()
+    off = CounterfactualGainReward(responder, RewardConfig(answer_flow_check=False))
+    metrics = {}
+    assert call(off, [flat_instance()], [PARAPHRASE], log_metric=metrics.__setitem__)[0] == pytest.approx(RISE)
+    assert not any(k.startswith("memstate/answer_flow") for k in metrics)
     assert not any(p[1]["content"].startswith("Memories:\n(none)") for p in responder.logprob_prompts)
+    # under a lenient threshold the state passes, and is still not paid for what it does without the memories
     lenient = CounterfactualGainReward(KeywordResponder(), flow_on(answer_flow_threshold=0.9))
-    assert call(lenient, [flat_instance()], [PARAPHRASE])[0] == pytest.approx(0.9 / 1.1 - 1 / 3)
+    extra = {}
+    out = call(lenient, [flat_instance()], [PARAPHRASE], log_extra=extra.__setitem__)
+    assert extra["gate"] == ["ok"] and extra["gain"] == pytest.approx([RISE])
+    assert out == pytest.approx([RISE - SHIFT]) and out[0] < 0
+    # the hard threshold alone (answer_flow_credit off) pays it in full: the cliff the credit removes
+    cliff = CounterfactualGainReward(KeywordResponder(), flow_on(answer_flow_threshold=0.9, answer_flow_credit=False))
+    assert call(cliff, [flat_instance()], [PARAPHRASE]) == pytest.approx([RISE])
     with pytest.raises(ValueError, match="answer_flow_threshold"):
         RewardConfig(answer_flow_threshold=1.0)
 
@@ -241,7 +257,7 @@ def test_an_unscorable_check_does_not_reject_and_is_counted():
     reward = CounterfactualGainReward(responder, flow_on())
     out = call(reward, [flat_instance()] * 2, [PARAPHRASE, PARAPHRASE], log_metric=metrics.__setitem__,
                log_extra=extra.__setitem__)  # fmt: skip
-    assert out == pytest.approx([0.9 / 1.1 - 1 / 3] * 2)  # scored with the state as if the check were off
+    assert out == pytest.approx([RISE] * 2)  # scored with the state as if the check were off: nothing taken off
     assert extra["gate"] == ["ok", "ok"] and extra["answer_flow_shift"] == [None, None]
     assert metrics["memstate/answer_flow_unscorable"] == 2.0 and metrics["memstate/answer_flow_rejects"] == 0.0
     assert "memstate/answer_flow_shift_mean" not in metrics
@@ -254,7 +270,7 @@ def test_free_text_measures_the_rise_of_the_reference():
     naming = ("Answer with the city Oslo.", "Use F2.")  # names the reference: also what the lexical gate catches
     assert instance_leak_reason("\n".join(f"- {r}" for r in naming), inst) is not None
     shifts = AnswerFlowCheck(KeywordResponder()).shifts([inst, inst], [naming, ("Trust F2 over F1.", "Be brief.")])
-    assert shifts == pytest.approx([0.8 - 0.2, 0.0])
+    assert shifts == pytest.approx([(0.8 - 0.2) / 0.8, 0.0])  # a rise of 0.6 over a headroom of 0.8
 
 
 @pytest.mark.usefixtures("leak_gate_open")
@@ -288,7 +304,7 @@ def test_the_real_responder_end_to_end(responder, fever_train):
     for inst, r in zip(insts, rules, strict=True):
         lps = responder.answer_logprob([flow_messages(inst, r), flow_messages(inst)], [["A", "B", "C"]] * 2)
         ours, none = (candidate_probabilities(lp, closed=True) for lp in lps)
-        direct.append(max(o - n for o, n in zip(ours, none, strict=True)))
+        direct.append(max((o - n) / max(1 - n, 0.5) for o, n in zip(ours, none, strict=True)))
     assert AnswerFlowCheck(responder).shifts(insts, rules) == pytest.approx(direct, abs=1e-6)
     assert all(0.0 < d < 1.0 for d in direct)
 
@@ -306,8 +322,8 @@ def test_the_real_responder_end_to_end(responder, fever_train):
     assert call(strict, insts, states, log_extra=extra.__setitem__) == [-1.0] * 3
     assert extra["answer_flow_shift"] == pytest.approx(direct, abs=1e-6)
     assert not [p for p in seen if "[F1]" in p[1]["content"] and STATE_HEADER in p[1]["content"]]
-    lenient = CounterfactualGainReward(responder, flow_on(answer_flow_threshold=0.99))
-    plain = CounterfactualGainReward(responder)
+    lenient = CounterfactualGainReward(responder, flow_on(answer_flow_threshold=0.99, answer_flow_credit=False))
+    plain = CounterfactualGainReward(responder, RewardConfig(answer_flow_check=False))
     assert call(lenient, insts, states) == pytest.approx(call(plain, insts, states), abs=1e-6)
 
 

@@ -70,7 +70,9 @@ def test_an_http_responder_is_shown_what_fits_its_context():
         assert server.counts["too_long"] == 1
 
         recording, cache, metrics = Recording(responder), BaselineCache(), {}
-        reward = CounterfactualGainReward(recording, RewardConfig(), cache)
+        reward = CounterfactualGainReward(
+            recording, RewardConfig(answer_flow_check=False), cache
+        )  # memory prompts only
         out = reward(prompts=[None] * 4, completions=[STATE] * 4, log_metric=metrics.__setitem__,
                      **columns([big, big, small, small]))  # fmt: skip
         responder.close()
@@ -141,7 +143,7 @@ def test_an_in_process_responder_is_fitted_to_its_positions(tiny_models, fever_t
 
     responder.context_length = RESERVE + tokens - 1  # one token short
     recording, metrics = Recording(responder), {}
-    reward = CounterfactualGainReward(recording)
+    reward = CounterfactualGainReward(recording, RewardConfig(answer_flow_check=False))  # the prompts with memories
     out = reward(prompts=[None], completions=[STATE], log_metric=metrics.__setitem__, **columns([inst]))
     assert isinstance(out[0], float) and metrics["memstate/responder_facts_cut"] == 1.0
     [fitted] = fit_to_responder(responder, [inst])

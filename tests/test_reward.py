@@ -3,11 +3,15 @@ from reward_columns import columns
 
 from memstate.leak import leaks_answer
 from memstate.responders.local import TransformersResponder
+from memstate.reward.answer_flow import AnswerFlowCheck
 from memstate.reward.cache import BaselineCache, baseline_key
 from memstate.reward.counterfactual import CounterfactualGainReward, RewardConfig
 from memstate.reward.responder_score import judge
 from memstate.rules import parse_state
 
+# Tests of the gain arithmetic, deduplication and caching count the with-memory prompts alone: the answer-flow check
+# (on by default) adds a no-memory prompt per state, which tests/test_answer_flow.py covers.
+NO_FLOW = RewardConfig(answer_flow_check=False)
 GOOD = "- Weigh the evidence in {ev} against the user's claim in {user}.\n- Answer from the evidence facts only."
 
 
@@ -49,21 +53,27 @@ def test_gates_penalize_without_calling_the_responder(responder, fever_train):
 def test_gain_is_state_score_minus_baseline_score(responder, fever_train):
     insts = fever_train[:3]
     states = [good_state(i) for i in insts]
-    reward = CounterfactualGainReward(responder)
-    out = reward(
-        prompts=[None] * 3, completions=[[{"role": "assistant", "content": s}] for s in states], **columns(insts)
-    )
+    completions = [[{"role": "assistant", "content": s}] for s in states]
     base = judge(responder, insts, [None] * 3, "likelihood")
     ours = judge(responder, insts, [parse_state(s).rules for s in states], "likelihood")
-    assert out == pytest.approx([o.score - b.score for o, b in zip(ours, base, strict=True)], abs=1e-6)
-    assert all(-1.0 <= g <= 1.0 for g in out)
+    gains = [o.score - b.score for o, b in zip(ours, base, strict=True)]
+    raw = CounterfactualGainReward(responder, NO_FLOW)(prompts=[None] * 3, completions=completions, **columns(insts))
+    assert raw == pytest.approx(gains, abs=1e-6)
+    # By default the credit takes each state's no-memory shift off its gain (reward/counterfactual.credited_gain)
+    shifts = AnswerFlowCheck(responder).shifts(insts, [parse_state(s).rules for s in states])
+    extra = {}
+    out = CounterfactualGainReward(responder)(prompts=[None] * 3, completions=completions, log_extra=extra.__setitem__,
+                                              **columns(insts))  # fmt: skip
+    assert out == pytest.approx([g - max(s, 0.0) for g, s in zip(gains, shifts, strict=True)], abs=1e-6)
+    assert extra["gain"] == pytest.approx(gains, abs=1e-6) and extra["answer_flow_shift"] == pytest.approx(shifts)
+    assert all(-2.0 <= g <= 1.0 for g in out)
 
 
 def test_dedup_and_baseline_cache(responder, fever_train):
     inst = fever_train[1]
     counting = CountingResponder(responder)
     cache = BaselineCache()
-    reward = CounterfactualGainReward(counting, cache=cache)
+    reward = CounterfactualGainReward(counting, NO_FLOW, cache=cache)
     metrics = {}
     state = good_state(inst)
     first = reward(prompts=[None] * 4, completions=[state] * 4, log_metric=metrics.__setitem__, **columns([inst] * 4))
@@ -79,7 +89,7 @@ def test_dedup_and_baseline_cache(responder, fever_train):
 def test_metrics_are_logged(responder, fever_train):
     insts = fever_train[:2]
     metrics = {}
-    reward = CounterfactualGainReward(responder)
+    reward = CounterfactualGainReward(responder, NO_FLOW)
     reward(
         prompts=[None] * 2, completions=["junk", good_state(insts[1])], log_metric=metrics.__setitem__, **columns(insts)
     )
@@ -87,7 +97,10 @@ def test_metrics_are_logged(responder, fever_train):
     assert metrics["memstate/leak_rate"] == 0.0
     assert metrics["memstate/responder_prompts"] == 3.0  # two baselines and the one well-formed state
     assert 0.0 <= metrics["memstate/baseline_accuracy"] <= 1.0
-    assert "memstate/gain_mean" in metrics
+    assert "memstate/gain_mean" in metrics and "memstate/credited_gain_mean" in metrics
+    # one timer per stage of the call, as verl's fit times its stages
+    stages = ("fit", "format_gate", "leak_gate", "answer_flow", "baselines", "score", "credit", "audit")
+    assert all(metrics[f"memstate/time/{stage}"] >= 0.0 for stage in stages)
 
 
 def test_missing_instance_columns_is_a_clear_error(responder):
@@ -110,7 +123,7 @@ def test_both_modes_give_gain_state_minus_baseline(responder, fever_train, mode)
     insts = fever_train[3:7]
     states = [good_state(i) for i in insts]
     counting = CountingResponder(responder)
-    reward = CounterfactualGainReward(counting, RewardConfig(mode=mode))
+    reward = CounterfactualGainReward(counting, RewardConfig(mode=mode, answer_flow_check=False))
     out = reward(prompts=[None] * 4, completions=states, **columns(insts))
     base = judge(responder, insts, [None] * 4, mode)
     ours = judge(responder, insts, [parse_state(s).rules for s in states], mode)
@@ -158,7 +171,7 @@ def test_sqlite_cache_survives_a_process_restart(tiny_models, fever_data, tmp_pa
     counting = CountingResponder(inner)
     cache = BaselineCache(cache_file)
     assert len(cache) == len(test)
-    reward = CounterfactualGainReward(counting, cache=cache)
+    reward = CounterfactualGainReward(counting, NO_FLOW, cache=cache)
     metrics = {}
     reward(prompts=[None] * 2, completions=[good_state(test[0])] * 2, log_metric=metrics.__setitem__,
            **columns(test[:2]))  # fmt: skip

@@ -80,7 +80,7 @@ def test_a_registered_mode_scores_through_judge_and_the_reward(top1, responder, 
     assert [b.score for b in base] == [float(j.correct) for j in likely]
     assert [b.answer for b in base] == [j.answer for j in likely]
 
-    reward = CounterfactualGainReward(responder, RewardConfig(mode=TOP1), BaselineCache())
+    reward = CounterfactualGainReward(responder, RewardConfig(mode=TOP1, answer_flow_check=False), BaselineCache())
     out = reward(prompts=[None] * 4, completions=states, **columns(insts))
     assert out == [o.score - b.score for o, b in zip(ours, base, strict=True)]
     assert set(out) <= {-1.0, 0.0, 1.0}

@@ -52,19 +52,29 @@ class MemstateTrainArguments:
     format_penalty: float = field(default=-1.0, metadata={"help": "Reward of a state that fails parse_state."})
     leak_penalty: float = field(default=-1.0, metadata={"help": "Reward of a state that contains the answer."})
     answer_flow_check: bool = field(
-        default=False,
+        default=True,
         metadata={
             "help": "Answer-flow check (reward/answer_flow.py): each state that passed the format and leak gates is "
-            "also scored with no memory shown; one that raises any candidate's probability by more than "
-            "answer_flow_threshold carries the answer, whatever its words, and gets leak_penalty. One responder "
-            "prompt per new state and one per new request, cached (in baseline_cache's file when set)."
+            "also scored with no memory shown; one whose shift exceeds answer_flow_threshold carries the answer, "
+            "whatever its words, and gets leak_penalty; every other one's shift is taken off its gain "
+            "(answer_flow_credit). One responder prompt per new state and one per new request, cached (in "
+            "baseline_cache's file when set). Turn it off only where the responder's no-memory answer means nothing "
+            "(a random-init responder), and say why in the config."
+        },
+    )
+    answer_flow_credit: bool = field(
+        default=True,
+        metadata={
+            "help": "With answer_flow_check: reward = gain - no-memory shift, so a state is paid only for what it "
+            "changes through the memories (no cliff below the threshold). False leaves the hard threshold alone."
         },
     )
     answer_flow_threshold: float = field(
         default=DEFAULT_THRESHOLD,
         metadata={
-            "help": "Largest rise, over all candidates, of the responder's probability that a state may cause with "
-            "no memory shown, in [0, 1). Provisional default, to be calibrated."
+            "help": "Largest no-memory shift (the share of a candidate's headroom a state fills alone, over all "
+            "candidates) a state may cause before it is rejected as a leak, in [0, 1). Calibrate it per responder "
+            "(benchmarks/calibrate_answer_flow.py)."
         },
     )
     max_unscorable_share: float = field(

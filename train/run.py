@@ -343,6 +343,7 @@ def train(
                 format_penalty=script_args.format_penalty,
                 leak_penalty=script_args.leak_penalty,
                 answer_flow_check=script_args.answer_flow_check,
+                answer_flow_credit=script_args.answer_flow_credit,
                 answer_flow_threshold=script_args.answer_flow_threshold,
             ),
             open_training_cache(
