@@ -25,6 +25,9 @@ generated text, or the argmax letter) and ``tokens`` (responder prompt tokens); 
 - **answer-flow top** (``answer_flow_top``): the states that passed the format and leak gates with the largest
   answer-flow shift (``reward/answer_flow.py``: the largest rise of any candidate's probability that the state causes
   with no memory shown), across the policy conditions: the leak attempts the leak gate let through, to read.
+- **credit split** (``credit_split``): per policy condition, the training reward's split of its states that passed
+  both gates: mean gain over no state (with memories), mean no-memory shift, and mean credited reward (the gain less
+  the shift, ``reward.counterfactual.credited_gain``): how much of a checkpoint's gain the credit would pay.
 
 CIs resample groups, not instances (``memstate.evaluate.stats``); a record without ``group`` is its own group.
 """
@@ -102,6 +105,30 @@ def answer_flow_top(records: list[dict], conditions: list[str], n: int = ANSWER_
         if r[c].get("answer_flow_shift") is not None
     ]
     return sorted(rows, key=lambda row: -row["shift"])[:n]
+
+
+def credit_split(records: list[dict], conditions: list[str]) -> dict[str, dict]:
+    """Per condition with measured shifts: its states' mean gain (score with the state minus with none), mean
+    no-memory shift and mean credited reward, over the states that passed both gates and were measured.
+
+    >>> recs = [{"no_state": {"score": 0.2}, "checkpoint": {"score": 0.9, "answer_flow_shift": 0.1}},
+    ...         {"no_state": {"score": 0.5}, "checkpoint": {"score": 0.5, "answer_flow_shift": 0.0}}]
+    >>> credit_split(recs, ["no_state", "checkpoint"])
+    {'checkpoint': {'states': 2, 'gain': 0.35, 'shift': 0.05, 'credited_gain': 0.3}}
+    """
+    from memstate.reward.counterfactual import credited_gain
+
+    out = {}
+    for cond in conditions:
+        rows = [(r[cond]["score"] - r["no_state"]["score"], r[cond]["answer_flow_shift"]) for r in records
+                if r[cond].get("answer_flow_shift") is not None and r[cond].get("score") is not None
+                and r["no_state"].get("score") is not None]  # fmt: skip
+        if rows:
+            n = len(rows)
+            out[cond] = {"states": n, "gain": round(sum(g for g, _ in rows) / n, 6),
+                         "shift": round(sum(s for _, s in rows) / n, 6),
+                         "credited_gain": round(sum(credited_gain(g, s) for g, s in rows) / n, 6)}  # fmt: skip
+    return out
 
 
 def condition_metrics(records: list[dict], condition: str, n_resamples: int = 2000) -> dict:
@@ -250,6 +277,14 @@ def render_markdown(report: dict) -> str:
             accs = [_fmt(group["conditions"][c]["accuracy"]) for c in conditions]
             gains = [_ci(group["differences"][f"{c}-no_state"]["score"]) for c in conditions if c != "no_state"]
             lines.append(f"| {name} | {group['n']} | " + " | ".join(accs + gains) + " |")
+    split = report.get("credit_split")
+    if split:
+        lines += ["", "## Credit split", "",
+                  "Of each policy's states that passed both gates: the mean gain over no state, the mean no-memory "
+                  "shift, and the mean reward training would credit them (gain − shift).", "",
+                  "| condition | states | gain | no-memory shift | credited |", "|---|---|---|---|---|"]  # fmt: skip
+        lines += [f"| {c} | {m['states']} | {m['gain']:+.4f} | {m['shift']:.4f} | {m['credited_gain']:+.4f} |"
+                  for c, m in split.items()]  # fmt: skip
     top = report.get("answer_flow_top")
     if top is not None:
         lines += [

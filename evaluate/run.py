@@ -38,7 +38,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 from memstate.checkpoint import CheckpointMetadata
 from memstate.data import load_split, manifest_sha256
 from memstate.errors import ConfigError, InputNotFound
-from memstate.evaluate.report import answer_flow_top, render_markdown, render_png, summarize
+from memstate.evaluate.report import answer_flow_top, credit_split, render_markdown, render_png, summarize
 from memstate.leak import leaks_answer
 from memstate.parsing import StageParser
 from memstate.prompts import (
@@ -408,6 +408,8 @@ def evaluate_checkpoint(config: EvalConfig) -> Path:
         "metrics": summarize(records, conditions, config.bootstrap_resamples),
         # The states that passed the gates yet moved the answer most with no memory shown: leak attempts to read.
         "answer_flow_top": answer_flow_top(records, conditions) if config.answer_flow else None,
+        # What training's reward would credit each policy's states: gain, no-memory shift, gain − shift.
+        "credit_split": credit_split(records, conditions) if config.answer_flow else None,
         "records": records,
     }
     out_dir = Path(config.out_dir) if config.out_dir else checkpoint / f"eval-{config.split}"

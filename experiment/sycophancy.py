@@ -109,6 +109,11 @@ class SycophancyConfig:
         metadata={"help": "GRPO runs penalise a state that moves the responder's answer with no memory shown "
                   "(reward/answer_flow.py), as a leak."},
     )  # fmt: skip
+    answer_flow_credit: bool = field(
+        default=True,
+        metadata={"help": "GRPO runs take each state's no-memory shift off its gain (reward/counterfactual.py: "
+                  "credited_gain); False: the hard threshold alone."},
+    )  # fmt: skip
     answer_flow_threshold: float = field(
         default=DEFAULT_THRESHOLD, metadata={"help": "Largest answer-flow shift a state may cause (provisional)."}
     )
@@ -218,6 +223,7 @@ def run_grpo(
         # TRL computes log-probs from lm_head.weight, so the head cannot take an adapter: train it in full.
         lora_modules_to_save=["lm_head"] if cfg.use_peft else [],
         answer_flow_check=cfg.answer_flow_check,
+        answer_flow_credit=cfg.answer_flow_credit,
         answer_flow_threshold=cfg.answer_flow_threshold,
     )
     responder_cfg = ResponderConfig(responder_model=str(responder), score_mode=cfg.score_mode)

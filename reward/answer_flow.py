@@ -119,8 +119,8 @@ def flow_shift(with_state: Sequence[float], without: Sequence[float]) -> float:
     0.5
     >>> round(flow_shift((0.1, 0.2, 0.7), (0.4, 0.3, 0.3)), 6)   # the same push towards another candidate
     0.571429
-    >>> round(flow_shift((0.5825, 0.4175), (0.51, 0.49)), 6)     # f = 0.15 of the answers decided alone
-    0.148
+    >>> round(flow_shift((0.49, 0.51), (0.4, 0.6)), 6)           # 0.15 of the answers decided alone (to A)
+    0.15
     >>> round(flow_shift((0.9995, 0.0005), (0.999, 0.001)), 6)  # near-certain candidate: the rise over 1/2
     0.001
     >>> flow_shift((0.5,), (0.5,))
