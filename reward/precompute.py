@@ -35,7 +35,8 @@ def precompute_baselines(
 ) -> dict[str, int]:
     """Cache the baselines of ``splits``; returns counts (instances, newly scored, already cached, unscorable)."""
     cache = BaselineCache(cache_path)
-    reward = CounterfactualGainReward(responder, RewardConfig(mode=mode), cache)
+    # Baselines only: the answer-flow table is not opened (nor left open, with its WAL files, on the cache file).
+    reward = CounterfactualGainReward(responder, RewardConfig(mode=mode, answer_flow_check=False), cache)
     counts = {"instances": 0, "scored": 0, "cached_before": 0, "unscorable": 0}
     try:
         for split in splits:
