@@ -25,30 +25,94 @@ answer content, whatever its words. See docs/reward.md, "Gates", for what the ga
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 from memstate.leak import lexical, semantic
 from memstate.leak.lexical import normalize
 from memstate.leak.normalize import fold, variants
 from memstate.schema import Instance, option_letters
 
-__all__ = ["leak_reason", "instance_leak_reason", "leaks_answer", "normalize", "fold"]
+__all__ = [
+    "CHECKS",
+    "Check",
+    "first_check",
+    "fold",
+    "instance_leak_reason",
+    "leak_reason",
+    "leaks_answer",
+    "lexical_reason",
+    "normalize",
+]
 
 _KNOWN_LABELS = frozenset({"supported", "refuted", "not enough info"})
 
 
-def _label_words(text: str, labels: Sequence[str]) -> str | None:
+@dataclass(frozen=True)
+class Subject:
+    """What a check reads besides the state: the candidates, their option letters, the request and the memories."""
+
+    candidates: Sequence[str]
+    letters: Sequence[str]
+    question: str
+    memories: str  # the request and the memories' texts, one string
+
+
+@dataclass(frozen=True)
+class Check:
+    """One named rule of the gate: ``fn(text, subject)`` gives a reason or None; it runs on the instances whose
+    ``answer_kind`` is in ``applies_to``, on the raw state (``folded`` False) or on each folded variant of it."""
+
+    name: str
+    applies_to: frozenset[str]
+    fn: Callable[[str, Subject], str | None]
+    folded: bool = True
+
+
+def _label_words(text: str, s: Subject) -> str | None:
     """A label of an unfamiliar label set named outright (the known ones go through the verdict rules)."""
-    for label in labels:
-        norm = normalize(label)
-        if norm not in _KNOWN_LABELS and re.search(rf"\b{re.escape(norm)}\b", text):
+    norm = normalize(text)
+    for label in s.candidates:
+        lab = normalize(label)
+        if lab not in _KNOWN_LABELS and re.search(rf"\b{re.escape(lab)}\b", norm):
             return f"names a candidate: {label!r}"
     return None
+
+
+_LABEL, _CHOICE = frozenset({"label"}), frozenset({"choice"})
+_CLOSED = _LABEL | _CHOICE
+CHECKS: tuple[Check, ...] = (
+    Check("script", _CLOSED, lambda t, s: lexical.script_reason(t, " ".join([s.memories, *s.candidates])), False),
+    Check("language", _CLOSED, lambda t, s: lexical.language_reason(t, s.memories), False),
+    Check("verdict", _LABEL, lambda t, s: lexical.label_reason(t)),
+    Check("label_words", _LABEL, _label_words),
+    Check("restatement", _LABEL, lambda t, s: lexical.restatement_reason(t, s.question)),
+    Check("pointing", _CLOSED, lambda t, s: lexical.pointing_reason(t)),
+    Check("encoding", _CLOSED, lambda t, s: lexical.encoding_reason(t, s.candidates, s.letters)),
+    Check("shape", _CLOSED, lambda t, s: lexical.shape_reason(t)),
+    Check("letter", _CLOSED, lambda t, s: lexical.letter_reason(t, s.letters)),
+    Check("position", _CLOSED, lambda t, s: lexical.position_reason(t, len(s.candidates))),
+    Check("option_text", _CHOICE, lambda t, s: lexical.option_reason(t, s.candidates, s.memories)),
+)
+"""The lexical checks, in the order they run; ``semantic`` runs after them on what they pass."""
 
 
 def _contains_span(haystack: list[str], needle: list[str]) -> bool:
     n = len(needle)
     return n > 0 and any(haystack[i : i + n] == needle for i in range(len(haystack) - n + 1))
+
+
+def _fired(state_text: str, candidates, answer_kind, question, facts):
+    """(check name, reason) of each lexical check that rejects ``state_text``, in order, lazily."""
+    subject = Subject(candidates, option_letters(len(candidates)), question, " ".join([question, *facts]))
+    texts = variants(state_text)
+    for check in CHECKS:
+        if answer_kind not in check.applies_to:
+            continue
+        for text in texts if check.folded else (state_text,):
+            if reason := check.fn(text, subject):
+                yield check.name, reason
+                break
 
 
 def lexical_reason(
@@ -59,37 +123,13 @@ def lexical_reason(
     question: str = "",
     facts: Sequence[str] = (),
 ) -> str | None:
-    """Why the lexical rules reject ``state_text`` (on every folded variant of it), or None."""
+    """Why the lexical checks reject ``state_text`` (the first of ``CHECKS`` that fires, on any folded variant of the
+    state), or None. A free-text answer has no candidates: the state must not contain the reference answer's span."""
     if answer_kind == "free":
         span = normalize(fold(reference)).split()
         found = any(_contains_span(normalize(v).split(), span) for v in variants(state_text))
         return "contains the reference answer" if found else None
-    memories = " ".join([question, *facts])
-    if reason := lexical.script_reason(state_text, " ".join([memories, *candidates])):
-        return reason
-    if reason := lexical.language_reason(state_text, memories):
-        return reason
-    letters = option_letters(len(candidates))
-    for text in variants(state_text):
-        reason = (
-            (
-                answer_kind == "label"
-                and (
-                    lexical.label_reason(text)
-                    or _label_words(normalize(text), candidates)
-                    or lexical.restatement_reason(text, question)
-                )
-            )
-            or lexical.pointing_reason(text)
-            or lexical.encoding_reason(text, candidates, letters)
-            or lexical.shape_reason(text)
-            or lexical.letter_reason(text, letters)
-            or lexical.position_reason(text, len(candidates))
-            or (answer_kind == "choice" and lexical.option_reason(text, candidates, memories))
-        )
-        if reason:
-            return reason
-    return None
+    return next((reason for _, reason in _fired(state_text, candidates, answer_kind, question, facts)), None)
 
 
 def leak_reason(
@@ -149,3 +189,16 @@ def leaks_answer(state_text: str, instance: Instance) -> bool:
     False
     """
     return instance_leak_reason(state_text, instance) is not None
+
+
+def first_check(state_text: str, instance: Instance) -> str | None:
+    """The name of the first check that rejects ``state_text`` on ``instance`` (a name of ``CHECKS``, ``semantic``,
+    or ``reference_span`` on a free-text instance), or None: which rule a rejection is owed to."""
+    facts = [f.text for f in instance.facts]
+    if instance.answer_kind == "free":
+        return "reference_span" if lexical_reason(state_text, (), "free", instance.answer) else None
+    fired = _fired(state_text, instance.candidates, instance.answer_kind, instance.question, facts)
+    if (name := next((n for n, _ in fired), None)) is not None:
+        return name
+    reason = semantic.semantic_reason(fold(state_text), instance.candidates, instance.answer_kind, facts)
+    return "semantic" if reason else None
