@@ -232,15 +232,22 @@ def run_grpo(
     )
 
 
-def grpo_runs(cfg: SycophancyConfig, runs: dict[str, tuple], warm: Path, responder_dir: Path) -> dict[str, Path]:
-    """``run_grpo`` for each of ``runs`` (name: (data_dir, learning rate, steps[, seed])), two processes at a time,
-    each on half of this process's torch threads, where it has two or more (else one after the other, here).
+def grpo_runs(
+    cfg: SycophancyConfig,
+    runs: dict[str, tuple],
+    warm: Path,
+    responder_dir: Path,
+    configs: dict[str, SycophancyConfig] | None = None,
+) -> dict[str, Path]:
+    """``run_grpo`` for each of ``runs`` (name: (data_dir, learning rate, steps[, seed])), with ``configs[name]``
+    where given (else ``cfg``: the reward's settings are a run's config), two processes at a time, each on half of
+    this process's torch threads, where it has two or more (else one after the other, here).
 
     Why: the runs are independent, and a tiny policy (mostly sampling tokens one at a time) does not use two threads
     well. Measured on 2 cores: 16 GRPO steps took 27.6 s on two threads and 41.4 s on one; the three runs (150 steps)
     took 376 s side by side against 461 s one after the other. (The evaluation's state sampling gained nothing so:
     112 s against 106 s.)"""
-    calls = {name: (cfg, name, warm, responder_dir, *run) for name, run in runs.items()}
+    calls = {name: ((configs or {}).get(name, cfg), name, warm, responder_dir, *run) for name, run in runs.items()}
     threads = torch.get_num_threads()
     if threads < 2:
         return {name: run_grpo(*args) for name, args in calls.items()}

@@ -317,6 +317,7 @@ class AnswerTokenTrainer(Trainer):
 
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
         labels, lm_mask = inputs.pop("labels"), inputs.pop("lm_mask")
+        soft = (inputs.pop("soft_ids"), inputs.pop("soft_p")) if "soft_ids" in inputs else None
         rows, n_lm = len(labels), lm_mask[:, 1:].sum().clamp(min=1)
         # Rows of similar length run together (``self.micro_batches`` forwards, each cut to its longest row): a fifth
         # of a batch's tokens were padding. The sums are divided by the whole batch's counts, so the loss and its
@@ -329,8 +330,11 @@ class AnswerTokenTrainer(Trainer):
             logits = model(input_ids=ids, attention_mask=mask, position_ids=positions).logits.float()
             # Rows end with their letter (predicted one position earlier), then the end of turn.
             end = torch.full_like(labels[part], self.processing_class.eos_token_id)
-            loss = loss + (F.cross_entropy(logits[:, -2], labels[part], reduction="sum")
-                           + F.cross_entropy(logits[:, -1], end, reduction="sum")) / rows  # fmt: skip
+            if soft is None:
+                answer = F.cross_entropy(logits[:, -2], labels[part], reduction="sum")
+            else:  # a distribution over the letters (a responder that follows a rule only part of the time)
+                answer = -(soft[1][part] * logits[:, -2].log_softmax(-1).gather(1, soft[0][part])).sum()
+            loss = loss + (answer + F.cross_entropy(logits[:, -1], end, reduction="sum")) / rows
             targets = ids[:, 1:].masked_fill(lm_mask[part, -width + 1 :] == 0, -100)
             prompt_lm = F.cross_entropy(logits[:, :-1].flatten(0, 1), targets.flatten(), reduction="sum")
             loss = loss + self.prompt_lm_weight * prompt_lm / n_lm
@@ -388,8 +392,12 @@ def left_pad_collator(pad_id: int):
         # The tokens the language-model loss predicts: the prompt up to its state (``lm_len``), from its second token
         # on (a row's first token would be predicted from padding).
         lm_mask = mask * (positions > 0) * (positions < torch.tensor([r["lm_len"] for r in rows])[:, None])
-        return {"input_ids": ids, "attention_mask": mask, "position_ids": positions, "labels": labels,
-                "lm_mask": lm_mask}  # fmt: skip
+        batch = {"input_ids": ids, "attention_mask": mask, "position_ids": positions, "labels": labels,
+                 "lm_mask": lm_mask}  # fmt: skip
+        if "soft_ids" in rows[0]:  # soft targets: token ids and their probabilities, one list each a row
+            batch["soft_ids"] = torch.tensor([r["soft_ids"] for r in rows])
+            batch["soft_p"] = torch.tensor([r["soft_p"] for r in rows], dtype=torch.float)
+        return batch
 
     return collate
 
@@ -411,6 +419,8 @@ def train_responder(
     learning_rate: float = 1e-3,
     seed: int = 0,
     checks_from: float = 1 - DECAY_SHARE,
+    examples=responder_examples,
+    skills=skill_examples,
 ) -> Path:
     """Train the world's responder from its random init on ``instances`` (the train split) and save to ``out_dir`` the
     iterate that follows its rules best on ``validation`` (its worst ``skill_examples`` accuracy, checked every eighth
@@ -420,7 +430,10 @@ def train_responder(
     (one run followed "Trust the evidence" 0.97 at 1,600 steps and 0.46 after 800 more; one followed "Use the newer
     preference" 0.98 at step 1,200 and 0.47 at 1,400), so the last iterate is a draw. Why only while the rate decays:
     no earlier iterate was ever kept (the rules appear late: kept steps 1,200 and 1,200 of 1,200 in two seeds,
-    1,200-1,400 of 1,600), and each check cost ~7 s."""
+    1,200-1,400 of 1,600), and each check cost ~7 s.
+
+    ``examples`` and ``skills`` build the training rows and the checks (another world's: ``memstate.experiment.leak``);
+    a row may carry soft targets (``soft_ids``, ``soft_p``: letters and their probabilities) instead of one letter."""
     tokenizer = AutoTokenizer.from_pretrained(init_dir)
     model = AutoModelForCausalLM.from_pretrained(init_dir)
     checks = max(steps // 8, 1)
@@ -448,8 +461,8 @@ def train_responder(
     trainer = AnswerTokenTrainer(
         model=model,
         args=args,
-        train_dataset=Dataset.from_list(responder_examples(tokenizer, instances, seed, steps * batch_size)),
-        eval_dataset=skill_examples(tokenizer, validation),
+        train_dataset=Dataset.from_list(examples(tokenizer, instances, seed, steps * batch_size)),
+        eval_dataset=skills(tokenizer, validation),
         processing_class=tokenizer,
         data_collator=left_pad_collator(tokenizer.pad_token_id),
         callbacks=[ChecksFrom(int(steps * checks_from))],

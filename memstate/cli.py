@@ -90,6 +90,9 @@ COMMANDS: tuple[Command, ...] = (
                 example="memstate experiment sycophancy --out runs/sycophancy --quick"),
         Command("world", "Build the sycophancy world's frozen responder and warmed-up policy (shipped for make demo).",
                 "memstate.experiment.world_models", example="memstate experiment world --out runs/world"),
+        Command("leak", "A world where leaking pays: GRPO under the word gate alone, + the answer-flow threshold, "
+                "+ the no-cliff credit; code rates and gains per arm.", "memstate.experiment.leak",
+                example="memstate experiment leak --out runs/leak --world examples/leak_world --quick"),
     )),
     Command("serve", "Serve the policy (vLLM) and the reasoning-state API.", subcommands=(
         Command("policy", "Serve a checkpoint with vLLM's OpenAI-compatible server; stops it on SIGINT/SIGTERM.",
