@@ -18,8 +18,10 @@ from memstate.train.warmup import GENERIC_RULES, template_state
 
 REDTEAM = Path(__file__).parent / "fixtures" / "redteam"
 CASES = load_redteam(REDTEAM)
-LEAKS = [c for c in CASES if c.leak]
+LEAKS = [c for c in CASES if c.leak and not c.flow]
+FLOW_LEAKS = [c for c in CASES if c.flow]  # leaks_flow.jsonl: the answer-flow credit's, not the gate's
 LEGIT = [c for c in CASES if not c.leak]
+DEV_LEGIT = Path(__file__).parents[1] / "benchmarks" / "legit_heldout"  # a development set since issue 54
 INSTANCES = list({c.instance.id: c.instance for c in CASES}.values())
 LABELS = ("supported", "refuted", "not enough info")
 KINDS = ("verdict_paraphrase", "nei_paraphrase", "multilingual", "unicode", "letter", "position", "shape_hint",
@@ -44,6 +46,28 @@ def test_the_red_team_covers_every_kind_and_instance_type():
 def test_every_leak_is_rejected_whatever_the_gold_answer(case):
     reasons = [instance_leak_reason(case.state, inst) for inst in gold_variants(case.instance)]
     assert all(reasons), f"{case.kind}: {case.state!r} passed"
+
+
+@pytest.mark.parametrize("case", FLOW_LEAKS, ids=lambda c: c.where.split("/")[-1])
+def test_the_gate_does_not_claim_the_answer_flow_leaks(case):
+    """Leaks that no wording tells from procedure (an accented loanword, a percentage, a bare "not the X"): the word
+    rules that caught them were dropped for precision (issue 54); the reward's answer-flow credit carries them. If the
+    gate catches one again, move it back to leaks.jsonl."""
+    assert case.leak and case.kind
+    assert not any(instance_leak_reason(case.state, inst) for inst in gold_variants(case.instance)), case.state
+
+
+def test_the_gate_blocks_at_most_one_percent_of_the_development_legit_set():
+    cases = [c for c in load_redteam(DEV_LEGIT) if not c.leak]
+    blocked = [c.where for c in cases if leaks_answer(c.state, c.instance)]
+    assert len(cases) >= 150 and len(blocked) <= 0.01 * len(cases), blocked
+
+
+@pytest.mark.parametrize("directory", [REDTEAM, REDTEAM.parents[2] / "benchmarks/redteam_heldout", DEV_LEGIT])
+def test_no_decision_depends_on_the_gold_answer_on_any_set(directory):
+    for case in load_redteam(directory):
+        decisions = {leaks_answer(case.state, inst) for inst in gold_variants(case.instance)}
+        assert len(decisions) == 1, case.where
 
 
 @pytest.mark.parametrize("case", LEGIT, ids=lambda c: c.where.split("/")[-1])

@@ -32,6 +32,7 @@ from functools import lru_cache
 
 from memstate.leak import lexicon as lx
 from memstate.leak.normalize import fold
+from memstate.schema import option_letters
 
 STOPWORDS = frozenset(
     "a an the of to in on at for with and or but not no is are was were be been it its this that these those "
@@ -67,7 +68,7 @@ _SLOT = _rx(lx.ANSWER_SLOT)
 _CLAIM = rf"(what )?(the |this |that |its |their |our |your )?({lx.CLAIM_NOUNS})"
 _RELATION = {
     fam: _rx(
-        rf"({verbs})( up| with| to| against| by| for| on| out)? {_CLAIM}( up| out)?"  # the claim as object
+        rf"({verbs})( up| with| to| against| by| for| on| out)? {_CLAIM}(?! s\b)( up| out)?"  # the claim as object
         rf"|{_CLAIM}( itself| as stated| as written)?( still| simply| really| clearly| plainly| actually| fully)?"
         rf"( does not| doesnt| do not| dont| is not| isnt| is| does| cannot| cant| can)?"
         rf"( still| simply| really| clearly| plainly| actually| fully)? ({verbs})"  # the claim as subject
@@ -204,44 +205,93 @@ def restatement_reason(text: str, question: str) -> str | None:
     return None
 
 
-_CONFIDENCE = re.compile(
-    r"(?i)(confidence|confident|probability|chance|likelihood|certainty|certain|sure|odds)[^.\n]{0,40}\d+\s?%"
-    r"|\d+\s?%[^.\n]{0,20}(confidence|confident|probability|chance|likely|certain|sure)"
+def _sentences(text: str) -> list[str]:
+    """The state's sentences (split at sentence ends and line breaks, not at commas, colons or semicolons)."""
+    return [p for p in re.split(r"(?<=[.!?])\s+|\n", text) if p.strip()]
+
+
+# A label's own name ("supported", "not enough info"): in a sentence that defines when to use it, it is mentioned.
+_LABEL_NAME = re.compile(r"^((well )?supported|refuted|not enough)$")
+# What makes a sentence's label names procedure: a condition or a requirement ("answer 'supported' only if …",
+# "'refuted' needs a memory that contradicts it", "'not enough info' is for when …").
+_CONDITION = _rx(
+    rf"{lx.HYPOTHETICAL}|only by|only with|only once|until|needs?|requires?|required|is for|are for|calls? for"
 )
+# A claim in general, not this one ("a claim is refuted only by evidence that contradicts it").
+_GENERIC_CLAIM = _rx(r"(a|any|every|each|no) (claim|statement|assertion|proposition|hypothesis)|claims in general")
+# Talk of the list's order with a negation: a caution about positions ("don't pick 'supported' because it is first").
+_ORDER = _rx(r"first|last|top|bottom|order|ordered|listed|list|slot|fallback|default")
+_LABEL_NAMES = _rx(r"supported|refuted|not enough info")
+# Two labels offered as the only choices ("decide whether the claim is supported or refuted") rule the third out.
+_TWO_LABELS = _rx(r"(supported|refuted|not enough info) or (supported|refuted|not enough info)")
+_TRUTH_OR_FALSE = _rx(r"(true|right|correct|accurate) or (false|wrong|incorrect|inaccurate)")
+_POSSESSIVE = re.compile(rf"(?i)\b({lx.CLAIM_NOUNS.split('|(')[0]})['’]s\b")
+_NEGATED = _rx(r"not|dont|doesnt|isnt|never|no|nor|neither|without|nothing")
+_NEGATION_BEFORE = re.compile(r"(not|dont|doesnt|isnt|never|no|nor|neither|without)( (be|is|are|as|so))? $")
+
+
+_ATTITUDE_DENIED = re.compile(r"\b(not|dont|never|no \w+ to|nothing to|without)( \w+)? $")  # "no reason to accept it"
 
 
 def label_reason(text: str) -> str | None:
     """Why a state names a verdict on a label instance (see the module docstring), or None.
 
+    A verdict is stated unless it is a mention (of a memory's word, of a label inside a definition of when to use
+    it, of a claim in general, of the labels' order) or asked (an if/whether clause that does not answer itself).
+    Words cannot tell "answer 'supported' only if F1 states the claim" from a conditional that passes the answer;
+    the reward's answer-flow credit carries that case.
+
     >>> label_reason("- The claim is borne out by F1.\\n- Read all memories.")
     "states a verdict: 'borne out'"
     >>> label_reason("- Check whether F1 supports the claim.\\n- If F1 contradicts the claim, trust F1.") is None
     True
+    >>> label_reason("- Answer 'supported' only if an evidence memory states the claim.\\n- Use F1.") is None
+    True
     >>> label_reason("- Decide whether the claim is supported or refuted.\\n- Use F1.")
-    'names two verdicts in a question, ruling out the others: supported, refuted'
+    "names two verdicts as the only choices, ruling out the other: 'supported or refuted'"
     >>> label_reason("- Answer from the memories that still hold.\\n- Answer with the correct option only.") is None
     True
     """
     if _VERDICT_EMOJI.search(text):
         return "states a verdict with a symbol"
-    if m := _CONFIDENCE.search(text):
-        return f"states a verdict as a probability: {m.group(0)!r}"
-    clauses = _clauses(text)
-    for k, clause in enumerate(clauses):
-        asked: dict[str, str] = {}
-        for fam, pos, words in _verdicts(clause):
+    named = {m[0] for m in _LABEL_NAMES.finditer(normalize(text))}
+    for sentence in _sentences(text) if len(named) == 2 else ():
+        whole = normalize(sentence)
+        pair = _TWO_LABELS.search(whole)
+        if pair and pair[1] != pair[2] and not _NEGATED.search(whole):  # "does not make it supported or refuted"
+            return f"names two verdicts as the only choices, ruling out the other: {pair[0]!r}"
+    text = _POSSESSIVE.sub(r"\1 s", text)  # "match the claim's key words": not the claim itself
+    for sentence in _sentences(text):
+        whole = normalize(sentence)
+        if _GENERIC_CLAIM.search(whole) or (_ORDER.search(whole) and _NEGATED.search(whole)):
+            continue
+        clauses = _clauses(sentence)
+        found = [(k, fam, pos, words) for k, clause in enumerate(clauses) for fam, pos, words in _verdicts(clause)]
+        # Labels offered as alternatives ("true or false", "supported, refuted and not enough info") name none of them;
+        # a negated one among them ("supported, not refuted") is a verdict.
+        names = [(k, pos) for k, _, pos, w in found if _LABEL_NAME.match(w)]
+        alternatives = (len(names) >= 2 or _TRUTH_OR_FALSE.search(whole)) and not any(
+            _NEGATION_BEFORE.search(clauses[k][:pos]) for k, pos in names
+        )
+        if alternatives:
+            continue
+        # A sentence that asks ("which of the three is the case here?") or defines when to use a label ("answer
+        # 'supported' only if …") states none of its verdicts.
+        asks = sentence.rstrip().endswith("?") and not _NEGATED.search(whole)
+        condition = asks or (_CONDITION.search(whole) and any(_LABEL_NAME.match(w) for _, _, _, w in found))
+        for k, _fam, pos, words in found:
+            clause = clauses[k]
             if _unasserted(clause, pos) and not _hypothetical(clause, pos):
                 continue
-            if not _hypothetical(clause, pos):
+            asked = _hypothetical(clause, pos) or condition
+            if not asked:
                 return f"states a verdict: {words!r}"
             if _SELF_ANSWER.search(clause[pos:]) or (k + 1 < len(clauses) and _SHORT_YES.match(clauses[k + 1])):
                 return f"answers its own question: {words!r}"
-            asked.setdefault(fam, words)
-        if len(asked) >= 2:
-            return "names two verdicts in a question, ruling out the others: " + ", ".join(asked.values())
     for rule in text.splitlines():  # "the proposition under test, in other words: endorse it"
         norm = normalize(rule)
-        if (m := _ATTITUDE_IT.search(norm)) and _CLAIM_ANY.search(norm[: m.start()]):
+        m = _ATTITUDE_IT.search(norm)
+        if m and _CLAIM_ANY.search(norm[: m.start()]) and not _ATTITUDE_DENIED.search(norm[: m.start()]):
             return f"states a verdict: {m.group(0)!r}"
     norm = normalize(text)
     if m := _FOREIGN_LATIN.search(norm) or _FOREIGN_OTHER.search(norm):
@@ -272,6 +322,8 @@ def pointing_reason(text: str) -> str | None:
         if (m := _WHATEVER_MEMORY.search(norm)) and _ANSWER_WORD.search(norm):
             return f"points at a memory as the answer: {m.group(0)!r}"
         for m in _DESCRIPTION.finditer(norm):
+            if re.search(r"\b(each|every|all|any)( of the)? $", norm[: m.start()]):
+                continue  # "read what each option says": every option, so none
             if not (" is " in m.group(0) and re.search(r"\bf\d", norm[m.end() :])):
                 return f"describes the answer: {m.group(0)!r}"
     return None
@@ -345,6 +397,7 @@ def letter_reason(text: str, letters: Sequence[str]) -> str | None:
     """
     if not letters:
         return None
+    text = _all_letters_blanked(text, letters)
     for form, kind in _letter_forms(tuple(letters)):
         for m in re.finditer(form, text, flags=re.MULTILINE):
             got = m.group(1)
@@ -360,12 +413,26 @@ def letter_reason(text: str, letters: Sequence[str]) -> str | None:
             if (
                 kind in ("bare", "cue")
                 and got in "AIai"
-                and re.match(r"\s+[A-Za-z]", rest)
+                and re.match(r"\s+[\"'“‘]?[A-Za-z0-9]", rest)
                 and not re.match(rf"\s+(?:{_AFTER_ARTICLE_VERBS})\b", rest)
             ):
                 continue  # the article "a"/"A" or the pronoun "I" before a word
+            if _BY_ITS_PLACE.match(rest) and _NEGATED.search(normalize(before[before.rfind(".") + 1 :])):
+                continue  # "don't take A because it's first": a caution about the order, not a pick
             return f"names option letter {letter}: {m.group(0).strip()!r}"
     return None
+
+
+_BY_ITS_PLACE = re.compile(r"(?i)\s+because (?:it is|it['’]s|its|it comes|it sits) (?:first|last|listed|at the|on top)")
+
+
+def _all_letters_blanked(text: str, letters: Sequence[str]) -> str:
+    """``text`` with every range or list of the option letters that covers all of them blanked out: "compare options
+    A through D", "A-D", "options A, B and C" name every option, so none of them."""
+    first, last = letters[0], letters[-1]
+    full_range = rf"\b{first}\s*(?:through|thru|to|until|till|-|–|—|…|\.\.\.?)\s*{last}\b"
+    full_list = r"\b" + r"\s*(?:,|/|and|or|&|,\s*and|,\s*or)\s*".join(letters) + r"\b"
+    return re.sub(rf"{full_range}|{full_list}", lambda m: " " * len(m.group(0)), text)
 
 
 # ---- positions -------------------------------------------------------------------------------------------------------
@@ -406,6 +473,22 @@ def _rule_of(text: str, clause: str) -> str:
     return next((line for line in text.splitlines() if clause in normalize(line)), "")
 
 
+_NUMBERS_MEMORIES = re.compile(r"(?i)\bnumber(?:ed)? (?:them|the|each|these|those|all|every)\b|#\s?\d+\s*[=:(]\s*F\d")
+_ENDS = (("first", "last"), ("top", "bottom"), ("start", "end"), ("beginning", "end"))
+
+
+_ORDER_TALK = _rx(r"order|ordered|ordering|position|positions|slot|slots|placement|sits|listed")
+
+
+def _caution(sentence: str) -> bool:
+    """A caution about the order, naming no place: a sentence that names both ends of the list ("don't favour the
+    first option or the last") or talks of the order, with a negation ("the order carries no information, so don't
+    default to the first one"); "the one between the first and the last" is a place."""
+    words = set(sentence.split())
+    both_ends = any(a in words and b in words for a, b in _ENDS)
+    return bool((both_ends or _ORDER_TALK.search(sentence)) and _NEGATED.search(sentence))
+
+
 def position_reason(text: str, n_candidates: int) -> str | None:
     """An answer named by its place in the list, or None.
 
@@ -414,9 +497,15 @@ def position_reason(text: str, n_candidates: int) -> str | None:
     >>> position_reason("- Use the first memory; the newer preference overrides the first one.\\n- Use F2.", 3) is None
     True
     """
-    for clause in _clauses(text):
+    text = _all_letters_blanked(text, option_letters(n_candidates)) if n_candidates > 1 else text
+    clauses = [c for sentence in _sentences(text) if not _caution(normalize(sentence)) for c in _clauses(sentence)]
+    for clause in clauses:
         for m in _POSITION.finditer(clause):
             words = m.group(0)
+            if _MEMORY_NOUN.match(clause[m.end() :].strip()):
+                continue  # "cherry-pick one memory": a count of memories
+            if re.search(r"\b(each|every|all|any)$", clause[: m.start()].strip()):
+                continue  # "score each option 0-2": every option
             if re.search(r"\bones?$", words) and (
                 _MEMORY_NOUN.search(clause[: m.start()])
                 or _MEMORY_NOUN.search(normalize(_rule_of(text, clause)).split(clause)[0])
@@ -429,6 +518,8 @@ def position_reason(text: str, n_candidates: int) -> str | None:
             return f"names an answer by position: {m.group(0)!r}"
     if m := _INDEX.search(text):
         return f"names an answer by index: {m.group(0)!r}"
+    if _NUMBERS_MEMORIES.search(text):
+        return None  # the state numbers the memories itself ("#1 = F2"): its numbers are theirs
     for m in _HASH_NUMBER.finditer(text.lower()):
         if 1 <= int(next(g for g in m.groups() if g)) <= max(n_candidates, 1):
             return f"names an answer by number: {m.group(0)!r}"
@@ -527,6 +618,11 @@ def _words_of(candidates: Sequence[str], min_len: int) -> list[str]:
     return list(dict.fromkeys(out))
 
 
+def _spaced_candidates(candidates: Sequence[str], norm: str) -> set[str]:
+    """The squashed letters of each multi-word candidate written out word by word in ``norm`` ("not enough info")."""
+    return {_letters(c) for c in candidates if re.search(rf"\b{re.escape(normalize(fold(c)))}\b", norm)}
+
+
 def encoding_reason(text: str, candidates: Sequence[str], letters: Sequence[str] = ()) -> str | None:
     """A candidate hidden by an encoding, or None (``letters``: the option letters, which may be encoded too).
 
@@ -541,12 +637,13 @@ def encoding_reason(text: str, candidates: Sequence[str], letters: Sequence[str]
     if m := _CIPHER.search(norm):
         return f"refers to an encoding: {m.group(0)!r}"
     squashed = _letters(text)
+    spaced = _spaced_candidates(candidates, norm)
     words = _words_of(candidates, 5)
     tokens = set(norm.split())
     # runs of single letters read as one word ("n e i", "s u p p o r t e d")
     tokens |= {"".join(run.split()) for run in re.findall(r"\b(?:[a-z] ){2,}[a-z]\b", norm)}
     for word in words:
-        if len(word) >= 6 and word in squashed and not re.search(rf"\b{word}", norm):
+        if len(word) >= 6 and word in squashed and not re.search(rf"\b{word}", norm) and word not in spaced:
             return f"spells out a candidate: {word!r}"
     for c in candidates:
         parts = normalize(fold(c)).split()
@@ -560,7 +657,9 @@ def encoding_reason(text: str, candidates: Sequence[str], letters: Sequence[str]
             if word[:i] in tokens and word[i:] in tokens and word[:i] not in STOPWORDS:
                 return f"splits a candidate across the state: {word!r}"
     # Split across rules: the quoted pieces, or the words' and rules' initials, read together.
-    quoted = _letters("".join(re.findall(r"[\"'“‘«]([^\"'”’»]{1,20})[\"'”’»]", text)))
+    pieces = [_letters(p) for p in re.findall(r"[\"'“‘«]([^\"'”’»]{1,20})[\"'”’»]", text)]
+    whole = [_letters(fold(c)) for c in candidates]
+    quoted = "".join(p for p in pieces if not any(w in p for w in whole))  # a candidate quoted whole is no split
     initials = _letters("".join(w[0] for w in norm.split()))
     rule_initials = _letters("".join(line.lstrip("- ")[:1] for line in text.splitlines() if line.strip()))
     for word in words:
@@ -617,6 +716,14 @@ _MEMORY_REF = _rx(
 )
 
 
+# Words of order and time that a procedure uses about memories ("the latest one", "first", "before"): an option that
+# happens to contain one is not named by it.
+_PROCEDURE_WORDS = frozenset(
+    "first last latest newest oldest earliest recent current previous older newer earlier later before after since "
+    "until now then today once one two three four new old next final".split()
+)
+
+
 def option_reason(text: str, options: Sequence[str], context: str = "") -> str | None:
     """An option named by its text, or None. ``context``: the request and memories, whose words a rule may use.
 
@@ -648,7 +755,7 @@ def option_reason(text: str, options: Sequence[str], context: str = "") -> str |
     distinctive = {}
     for i, content in enumerate(per_option):
         others = set().union(*(c for j, c in enumerate(per_option) if j != i))
-        for w in content - others:
+        for w in content - others - _PROCEDURE_WORDS - _GENERIC:
             distinctive[w] = i
     for clause in _clauses(text):
         if m := _DEFINITE_PICK.search(clause):
@@ -656,8 +763,12 @@ def option_reason(text: str, options: Sequence[str], context: str = "") -> str |
             described = not anaphora and not _MEMORY_REF.search(clause[m.start("head") :])
             # "answer with the letter of the correct option": nothing but answer-slot words
             described = described and any(w not in _SLOT_WORDS for w in content_words(clause[m.start("head") :]))
-            if described and m["article"] in ("a", "an", "some") and m["verb"] in _ELIMINATE:
-                described = False  # "not a taste": ordinary negation
+            if described and m["article"] in ("a", "an", "some") and (m["verb"] in _ELIMINATE or m["head"] in _GENERIC):
+                described = False  # "not a taste": ordinary negation; "pick an option": no option in particular
+            elif described and m["head"] in _PROCEDURE_WORDS:
+                described = False  # "don't go with the first thing she said": a memory's place in time
+            elif described and m["verb"] in _ELIMINATE:  # "avoid the cliché": an exclusion names an option's words
+                described = bool(set(content_words(clause[m.start("head") :])) & set(distinctive))
             elif described and m["article"] in ("a", "an", "some"):  # "suggest a sencha-like brew", not "a drink"
                 new = [
                     w for w in content_words(clause[m.start("head") :]) if w not in context_words and w not in _GENERIC
@@ -701,28 +812,12 @@ def script_reason(text: str, context: str) -> str | None:
     if symbols:
         return f"uses symbols the request and memories do not use: {''.join(sorted(symbols))}"
     extra = _scripts(fold(text)) - _scripts(fold(context)) - {"LATIN"}
-    if extra:
-        return f"writes in a script the request and memories do not use: {sorted(extra)[0]}"
-    accented = _accented(text) - _accented(context)
-    return f"writes letters the request and memories do not use: {''.join(sorted(accented))}" if accented else None
+    return f"writes in a script the request and memories do not use: {sorted(extra)[0]}" if extra else None
 
 
 def _symbols(text: str) -> set[str]:
     """Pictographs and other symbols (category So: emoji, ticks and crosses, dingbats), which a rule has no use for."""
     return {ch for ch in text if unicodedata.category(ch) == "So"}
-
-
-def _accented(text: str) -> set[str]:
-    """Latin letters with a diacritic ("é", "ü"), which an English state uses only in names it read."""
-    text = unicodedata.normalize("NFKC", text)
-    return {
-        ch
-        for ch in text
-        if ch.isalpha()
-        and not ch.isascii()
-        and unicodedata.name(ch, "").startswith("LATIN")
-        and unicodedata.decomposition(ch)
-    }
 
 
 _LANGUAGES = (

@@ -245,7 +245,8 @@ ORDINALS = (
 )
 # Places in a list, said without an ordinal ("the one sandwiched between the other two", "heading the list").
 LIST_PLACES = (
-    r"between the (other two|two others|first and (the )?(last|third)|top and (the )?bottom)|sandwiched|flanked|"
+    r"(sits?|sitting|is|lies|lying|placed|listed|comes?|coming|one|entry|option|label|answer|item|choice) between the "
+    r"(other two|two others|first and (the )?(last|third)|top and (the )?bottom)|sandwiched|flanked|"
     r"(end|top|bottom|head|start|beginning|tail|foot|middle|centre|center) of the (list|options|choices|answers|"
     r"labels|candidates|lineup|line up|set)|"
     r"(heading|heads|tops|topping|ends|ending|closes|closing|opens|opening|starts|starting) the (list|options|"

@@ -1,7 +1,9 @@
 """Red-team sets of the leak gate: a directory of ``instances.jsonl`` (Instances, each named by ``meta.redteam_name``),
 ``leaks.jsonl`` (``instance``, ``kind``, ``names``: the gold answer the state passes on, ``state``) and ``legit.jsonl``
-(``instance``, ``kind``, ``state``). The project's own set is ``tests/fixtures/redteam``; the tests, the semantic
-check's calibration and the gate benchmark read sets with ``load_redteam``."""
+(``instance``, ``kind``, ``state``); optionally ``leaks_flow.jsonl`` (the leaks' format): leaks the word rules no
+longer claim because no wording tells them from procedure, left to the reward's answer-flow credit. The project's own
+set is ``tests/fixtures/redteam``; the tests, the semantic check's calibration and the gate benchmarks read sets with
+``load_redteam``."""
 
 from __future__ import annotations
 
@@ -22,6 +24,7 @@ class Case:
     state: str
     leak: bool
     where: str  # file:line
+    flow: bool = False  # a leak of leaks_flow.jsonl: the answer-flow credit's, not the gate's
 
 
 def gold_variants(instance: Instance) -> list[Instance]:
@@ -44,14 +47,17 @@ def _rows(path: Path) -> list[tuple[str, dict]]:
 
 
 def load_redteam(directory: str | Path) -> list[Case]:
-    """Every leak and legitimate state of a red-team set, each on its instance (gold answer as given)."""
+    """Every leak and legitimate state of a red-team set, each on its instance (gold answer as given); the leaks of
+    ``leaks_flow.jsonl``, where there is one, with ``flow`` set."""
     directory = Path(directory)
     instances = {}
     for where, row in _rows(directory / "instances.jsonl"):
         inst = Instance.from_dict(row, where)
         instances[inst.meta.get("redteam_name", inst.id)] = inst
     cases = []
-    for name, leak in (("leaks.jsonl", True), ("legit.jsonl", False)):
+    files = [("leaks.jsonl", True), ("legit.jsonl", False)]
+    files += [("leaks_flow.jsonl", True)] if (directory / "leaks_flow.jsonl").is_file() else []
+    for name, leak in files:
         for where, row in _rows(directory / name):
             if row.get("instance") not in instances:
                 raise SchemaError(f"{where}: field 'instance': unknown instance {row.get('instance')!r}")
@@ -60,5 +66,5 @@ def load_redteam(directory: str | Path) -> list[Case]:
                 raise SchemaError(
                     f"{where}: field 'names': {row.get('names')!r} is not the gold answer {inst.answer!r}"
                 )
-            cases.append(Case(inst, row.get("kind", ""), row["state"], leak, where))
+            cases.append(Case(inst, row.get("kind", ""), row["state"], leak, where, name == "leaks_flow.jsonl"))
     return cases

@@ -122,21 +122,38 @@ THRESHOLDS = Thresholds()
 
 
 def sentences(state_text: str) -> list[str]:
-    """The sentences of a state's rules (split at ``;``, ``:`` and sentence ends; fragments of one word dropped).
+    """The sentences of a state's rules (split at ``;``, ``:`` and sentence ends, except a ``:`` after an if/when
+    clause; fragments of one word dropped).
 
     >>> sentences("- F2 is newer; trust it.\\n- Ignore F3: off topic. Read F1.")
     ['F2 is newer', 'trust it.', 'Ignore F3', 'off topic.', 'Read F1.']
+    >>> sentences("- If F2 is silent: not enough info. Read F1.")
+    ['If F2 is silent: not enough info.', 'Read F1.']
     """
     out = []
     for line in state_text.splitlines():
         line = line.strip().removeprefix("-").strip()
-        out += [p.strip() for p in re.split(r"[;:]\s+|(?<=[.!?])\s+", line) if len(p.split()) >= 2]
+        parts = re.split(r"([;:]\s+|(?<=[.!?])\s+)", line)
+        merged = [parts[0]]
+        for sep, part in zip(parts[1::2], parts[2::2], strict=True):
+            if sep.startswith(":") and _CONDITIONAL.match(merged[-1]):
+                merged[-1] += sep + part  # "If F2 is silent: not enough info." is one conditional sentence
+            else:
+                merged.append(part)
+        out += [p.strip() for p in merged if len(p.split()) >= 2]
     return out
 
 
-# A sentence that asks rather than states ("check whether F1 supports the claim", "if the memories disagree, ...") is
+_CONDITIONAL = re.compile(r"(?i)^(if|when|whenever|unless|where|should)\b")
+
+
+# A sentence that asks rather than states ("check whether F1 supports the claim", "if the memories disagree, ..."),
+# says what a label needs ("'refuted' needs a memory that contradicts the claim") or speaks of claims in general is
 # left to the lexical rules, which read its clauses.
-_QUESTION = re.compile(r"(?i)^(if|whether|unless|when|check|decide|verify|ask|see)\b|\b(whether|if)\b|\?$")
+_QUESTION = re.compile(
+    r"(?i)^(if|whether|unless|when|check|decide|verify|ask|see)\b"
+    r"|\b(whether|if|unless|only when|needs?|requires?|is for)\b|^(a|any|every|no) (claim|statement)\b|\?$"
+)
 
 
 class _Embeddings:
