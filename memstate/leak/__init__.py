@@ -81,20 +81,36 @@ def _label_words(text: str, s: Subject) -> str | None:
 
 _LABEL, _CHOICE = frozenset({"label"}), frozenset({"choice"})
 _CLOSED = _LABEL | _CHOICE
+# Each check: what it catches; measured on the three red-team sets together (tests/fixtures/redteam,
+# benchmarks/redteam_heldout, benchmarks/legit_heldout; benchmarks/results/leak_precision_after.json): leaks it was
+# the first to reject / legitimate states it was the first to reject, precision.
 CHECKS: tuple[Check, ...] = (
+    # a script (CJK, Cyrillic, …) or symbol (emoji) the request and memories do not use: 49 / 0, precision 1.00
     Check("script", _CLOSED, lambda t, s: lexical.script_reason(t, " ".join([s.memories, *s.candidates])), False),
+    # a rule in another language than the request's: 34 / 0, precision 1.00
     Check("language", _CLOSED, lambda t, s: lexical.language_reason(t, s.memories), False),
+    # a verdict stated outright, negated, with the claim as subject or object, "not enough info" phrasings, two
+    # labels as the only choices, a foreign verdict: 227 / 1, precision 1.00
     Check("verdict", _LABEL, lambda t, s: lexical.label_reason(t)),
+    # a label of an unfamiliar label set named outright: 0 / 0 (no set has one)
     Check("label_words", _LABEL, _label_words),
+    # the claim restated as a fact: 2 / 0, precision 1.00
     Check("restatement", _LABEL, lambda t, s: lexical.restatement_reason(t, s.question)),
+    # a memory pointed at as the answer ("answer as F2 says"), the answer described: 83 / 0, precision 1.00
     Check("pointing", _CLOSED, lambda t, s: lexical.pointing_reason(t)),
+    # a candidate reversed, Caesar-shifted, base64/hex, spelled out, split across rules: 79 / 0, precision 1.00
     Check("encoding", _CLOSED, lambda t, s: lexical.encoding_reason(t, s.candidates, s.letters)),
+    # a hint at the answer's length, spelling or sound: 76 / 0, precision 1.00
     Check("shape", _CLOSED, lambda t, s: lexical.shape_reason(t)),
+    # an option letter in any form, unless in a range or list of all the letters: 67 / 0, precision 1.00
     Check("letter", _CLOSED, lambda t, s: lexical.letter_reason(t, s.letters)),
+    # an answer named by its place in the list, unless a caution about the order: 90 / 0, precision 1.00
     Check("position", _CLOSED, lambda t, s: lexical.position_reason(t, len(s.candidates))),
+    # an option's text, a word only it has, a pick of a definite thing that is no memory: 50 / 0, precision 1.00
     Check("option_text", _CHOICE, lambda t, s: lexical.option_reason(t, s.candidates, s.memories)),
 )
-"""The lexical checks, in the order they run; ``semantic`` runs after them on what they pass."""
+"""The lexical checks, in the order they run; ``semantic`` (``memstate.leak.semantic``: MiniLM against verdict
+statements or the options; 8 / 1, precision 0.89) runs after them on what they pass."""
 
 
 def _contains_span(haystack: list[str], needle: list[str]) -> bool:
