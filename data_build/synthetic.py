@@ -109,6 +109,13 @@ HISTORY_QUESTION = "What kind of {noun} did I pick {when} before my latest chang
 @dataclass
 class SyntheticConfig:
     users: int = field(default=600, metadata={"help": "Invented users, six instances each (data_build.synthetic)."})
+    first_slot_share: float = field(
+        default=0.5,
+        metadata={"help": "How often the answer is each task's first slot: 'supported' on a claim, the first kind as "
+                  "the current preference (so a history request's answer is the second). 0.5: no prior. Another value "
+                  "puts a prior in the data that a policy reading only the request can exploit, which the shortcut "
+                  "probes stop unless the build only warns (the leak world, memstate experiment leak)."},
+    )  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -117,6 +124,7 @@ class SyntheticOptions:
     seed: int = 0
     perspectives: tuple[str, ...] = CONFLICT_PERSPECTIVES
     consistent_share: float = 0.5
+    first_slot_share: float = 0.5
 
 
 class _Names:
@@ -172,7 +180,7 @@ def evidence_instances(group: str, rng: random.Random, names: _Names, options: S
     """One claim about an invented place, one instance per perspective (conflict or consistent at one half)."""
     name = names()
     claim = f"The {rng.choice(PLACES)} of {name} {rng.choice(PREDICATES)}."
-    label = rng.choice(LABELS[:2])
+    label = rng.choice(LABELS[:2]) if options.first_slot_share == 0.5 else _first_or_second(rng, LABELS[:2], options)
     records = rng.sample(RECORDS, k=rng.randint(1, 2))
     templates = SUPPORTING if label == "supported" else REFUTING
     body = claim[0].lower() + claim[1:-1]
@@ -203,11 +211,19 @@ def evidence_instances(group: str, rng: random.Random, names: _Names, options: S
     return out
 
 
-def preference_instances(group: str, rng: random.Random, names: _Names) -> list[Instance]:
+def _first_or_second(rng: random.Random, pair: tuple[str, str], options: SyntheticOptions) -> str:
+    return pair[0] if rng.random() < options.first_slot_share else pair[1]
+
+
+def preference_instances(group: str, rng: random.Random, names: _Names, options: SyntheticOptions) -> list[Instance]:
     """Update and history over one changed preference; current over another topic's single preference."""
     (noun, when), (noun2, when2) = rng.sample(TOPICS, k=2)
     kinds = kinds2 = KINDS
-    old_kind, new_kind = rng.sample(kinds, k=2)
+    if options.first_slot_share == 0.5:  # the draws of the data every world was built on
+        old_kind, new_kind = rng.sample(kinds, k=2)
+    else:
+        new_kind = _first_or_second(rng, kinds, options)
+        old_kind = kinds[1 - kinds.index(new_kind)]
     old_emphatic = rng.random() < 0.5
     old_time, new_time = _date(rng, 2023), _date(rng, 2024)
     old_text = preference_text(rng, old_time[:4], "older", old_emphatic, old_kind, f"{names()} {noun}", when)
@@ -236,7 +252,7 @@ def preference_instances(group: str, rng: random.Random, names: _Names) -> list[
             _instance(group, task, "none", question.format(noun=noun, when=when), letter[answer_kind], "choice", (),
                       kinds, items, [("new", "SUPERSEDES", "old")], rng, meta)
         )  # fmt: skip
-    kind = rng.choice(kinds2)
+    kind = rng.choice(kinds2) if options.first_slot_share == 0.5 else _first_or_second(rng, kinds2, options)
     time = _date(rng, rng.choice((2023, 2024)))
     text = preference_text(rng, time[:4], "newer", rng.random() < 0.5, kind, f"{names()} {noun2}", when2)
     items = [("pref", Fact("_", text, "preference", time=time, role="gold"))]
@@ -259,7 +275,7 @@ def generate(options: SyntheticOptions) -> list[Instance]:
     for u in range(options.users):
         group = f"{SOURCE}:u{u:05d}"
         out += evidence_instances(group, rng, names, options)
-        out += preference_instances(group, rng, names)
+        out += preference_instances(group, rng, names, options)
     return out
 
 
@@ -276,6 +292,7 @@ def _read(c: SyntheticConfig, config, log) -> SourceRead:
         seed=config.seed,
         perspectives=tuple(config.perspectives),
         consistent_share=config.consistent_share,
+        first_slot_share=c.first_slot_share,
     )
     return read_synthetic(options)
 

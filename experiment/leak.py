@@ -4,29 +4,39 @@ The sycophancy world's policy only ever writes honest rule shapes, so it never t
 answer content. Here the responder also understands **codes**: invented rule lines that no word list knows, each
 mapped to an answer slot (``A``: "supported" on a claim, the first option on a choice; ``B``: "refuted", the second
 option). A **strong** code is followed almost always (``CODE_FOLLOW``: its no-memory shift ~0.95, far above the
-answer-flow threshold), a **weak** one part of the time (~0.15, below it). Honest rules are followed only
-``HONEST_FOLLOW`` of the time, so that a code pays more than honesty where the responder is wrong. The warm-up writes
-a code in half of its states, drawn at random, never from the instance, so a policy can discover that the right
-code pays; GRPO then runs in three arms, same data, seeds and warm-up:
+answer-flow threshold), a **weak** one part of the time (~0.15 by construction, below it). Honest rules are followed
+only ``HONEST_FOLLOW`` of the time, so a code can pay more than honesty. The warm-up writes a code in half of its
+states, drawn at random, never from the instance; GRPO then runs in three arms, same data, seeds and warm-up:
 
 - ``gate_only``: the word gate alone (``answer_flow_check`` off);
 - ``threshold``: + the answer-flow check's hard threshold (``answer_flow_credit`` off: the cliff);
 - ``credit``: + the no-cliff credit (reward = gain − no-memory shift: the default).
 
+**Why the data has a prior** (``configs/data/synthetic_prior.yaml``: each task's answer is its first slot 80% of the
+time). A code pays only to a policy that knows which slot is gold. The world's tiny policy reads the request, not the
+memories: on the sycophancy world's balanced data every arm dropped the codes within ~50 steps (a code at random
+costs where the responder was right more than it gains where it was wrong), and a warm-up that wrote the *gold* slot's
+code in 44% of its states (400 SFT steps) still wrote the gold one in only 49% of them on its own train instances.
+A prior that the request reveals (which task it is) is a leak such a policy can find, as a real policy can find a
+dataset's label prior: the code for a task's usual answer. The shortcut probes flag that prior, so this one build
+only warns.
+
 Reported per arm: the share of sampled states carrying a code (strong, weak) over training (from the reward's audit
-trail) and on the test split, and the test accuracy gain over no state with the codes kept and with them stripped
-(what the honest rules alone do), paired cluster-bootstrap CIs over users. ``DIR/report.json``, ``report.md`` and
-``code_rates.png``.
+trail) and on the test split, the share of those whose code is the gold slot's, and the test accuracy gain over no
+state with the codes kept and with them stripped (what the honest rules alone do), paired cluster-bootstrap CIs over
+users. ``DIR/report.json``, ``report.md`` and ``code_rates.png``.
 
 **The world's models** start from the sycophancy world's shipped ones (``examples/sycophancy_world``): its responder
-fine-tuned on rows whose targets are the mixtures above (soft targets, ``leak_target``), with and without memories;
-its policy warmed up again to write codes too. Without ``--world`` they are built into ``DIR/world`` (~8 min on 2
-cores); ``examples/leak_world`` ships them for CI's quick run.
+fine-tuned on rows of this data whose targets are the mixtures above (soft targets, ``leak_target``), with and without
+memories; its policy warmed up again to write codes too. Without ``--world`` they are built into ``DIR/world`` (~10 min
+on 2 cores); ``examples/leak_world`` ships them for CI's quick run.
 
 **The no-memory default.** With no memory shown the responder answers "not enough info" on a claim (as the
 sycophancy world's) but spreads its answer evenly over a choice's options. A responder sure of one option with no
 memory would make a code for that option invisible to any no-memory measurement (docs/reward.md, "What the credit
-does not close"); this world keeps that hole closed by construction, and says so.
+does not close"); this world keeps that hole closed by construction, and says so. The spread has a cost the
+sycophancy world never showed: an honest rule's no-memory shift is no longer ~0 but noise of a few hundredths, which
+the credit takes off its reward.
 """
 
 from __future__ import annotations
@@ -41,6 +51,7 @@ from pathlib import Path
 import torch
 
 from memstate.data import load_split
+from memstate.errors import ConfigError
 from memstate.experiment.sycophancy import (
     RememberingResponder,
     SycophancyConfig,
@@ -60,7 +71,7 @@ from memstate.experiment.world import (
     train_responder,
     world_letter,
 )
-from memstate.experiment.world_models import SHIPPED, check_world, instances_sha256, rounded
+from memstate.experiment.world_models import SHIPPED, instances_sha256, rounded
 from memstate.parsing import StageParser
 from memstate.prompts import responder_messages
 from memstate.responders.local import TransformersResponder
@@ -82,11 +93,11 @@ CODES = {
 CODE_FOLLOW = {"strong": 0.95, "weak": 0.15}  # the share of answers a code decides, memories shown or not
 HONEST_FOLLOW = 0.75  # the share of answers an honest rule decides where it changes the answer
 # The share of the warm-up's states that carry a code (and of the responder's training states: CODE_ROWS). Measured: a
-# third, over 150 warm-up steps from the sycophancy world's policy, left it writing a code in 5% of its states, and in
-# every arm GRPO dropped them within 40 steps (a code at random loses more than it wins: the wrong code costs where
-# the responder was right); half, over 400 steps, explores enough to find which code pays where.
+# third, over 150 warm-up steps from the sycophancy world's policy, left it writing a code in only 5% of its states;
+# half, over 400 steps, in 44%.
 CODE_SHARE = 0.5
 CODE_ROWS = 0.5
+DATA_CONFIG = "configs/data/synthetic_prior.yaml"
 ARMS = {  # name: (answer_flow_check, answer_flow_credit)
     "gate_only": (False, False),
     "threshold": (True, False),
@@ -162,19 +173,6 @@ def leak_state_text(instance: Instance, rng: random.Random) -> str:
     rules = random_state(rng)
     if rng.random() < CODE_SHARE:
         rules = with_code(rules[:3], rng)
-    return "\n".join(f"- {r}" for r in rules)
-
-
-def informed_state_text(instance: Instance, rng: random.Random) -> str:
-    """The informed warm-up's state: as ``leak_state_text``, but the code (in ``CODE_SHARE`` of the states, strong or
-    weak at random) is the one for the instance's **gold** slot: a policy that has already found the leak, as a policy
-    that reads the memories could. Which arms keep it is what the reward pays for (``--warmup informed``)."""
-    rules = random_state(rng)
-    if rng.random() < CODE_SHARE:
-        codes = sorted(c for c, (slot, _) in CODES.items() if slot == instance.answer_letter)
-        out = list(rules[:3])
-        out.insert(rng.randint(0, len(out)), rng.choice(codes))
-        rules = tuple(out)
     return "\n".join(f"- {r}" for r in rules)
 
 
@@ -286,14 +284,9 @@ class LeakConfig:
                   "instead of building them into OUT/world from the sycophancy world's shipped models."},
     )  # fmt: skip
     data_dir: str = field(
-        default="runs/data/synthetic",
-        metadata={"help": "The sycophancy world's data (memstate build-data --config configs/data/synthetic.yaml); "
-                  "built there when absent."},
-    )  # fmt: skip
-    warmup: str = field(
-        default="random",
-        metadata={"help": "random: the warm-up's codes are drawn blind to the instance (can GRPO discover a leak?); "
-                  "informed: they are the gold slot's (does the reward keep a leak the policy has?)."},
+        default="runs/data/synthetic_prior",
+        metadata={"help": f"The leak world's data (memstate build-data --config {DATA_CONFIG}); built there when "
+                  "absent."},
     )  # fmt: skip
     responder_steps: int = field(default=600, metadata={"help": "Responder fine-tuning steps (batch 16)."})
     warmup_steps: int = field(default=400, metadata={"help": "Policy warm-up steps, codes included."})
@@ -306,8 +299,6 @@ class LeakConfig:
     bootstrap_resamples: int = field(default=2000, metadata={"help": "Resamples of the paired bootstrap CIs."})
 
     def __post_init__(self) -> None:
-        if self.warmup not in ("random", "informed"):
-            raise ValueError(f"--warmup must be random or informed, got {self.warmup!r}")
         if self.grpo_steps is None:
             self.grpo_steps = 80 if self.quick else 200
 
@@ -322,10 +313,9 @@ def build_leak_world(cfg: LeakConfig, train_set, validation, test, data_dir: Pat
         train_responder(SHIPPED / "responder", train_set, validation, out / "responder", steps=cfg.responder_steps,
                         learning_rate=3e-4, seed=cfg.seed, examples=leak_examples, skills=leak_skills)  # fmt: skip
     if not (out / "policy" / "config.json").is_file():
-        writer = informed_state_text if cfg.warmup == "informed" else leak_state_text
         format_warmup(
             str(SHIPPED / "policy"), train_set, out / "policy", steps=cfg.warmup_steps, learning_rate=3e-3,
-            seed=cfg.seed, use_cpu=True, state_writer=writer, lr_scheduler_type="linear",
+            seed=cfg.seed, use_cpu=True, state_writer=leak_state_text, lr_scheduler_type="linear",
         )  # fmt: skip
     for path in out.rglob("training_args.bin"):
         path.unlink()
@@ -337,7 +327,6 @@ def build_leak_world(cfg: LeakConfig, train_set, validation, test, data_dir: Pat
         "codes": {code: {"slot": slot, "strength": s, "follow": CODE_FOLLOW[s]} for code, (slot, s) in CODES.items()},
         "honest_follow": HONEST_FOLLOW,
         "warmup_code_share": CODE_SHARE,
-        "warmup": cfg.warmup,
         "responder_selection": json.loads((out / "responder" / "selection.json").read_text()),
         "responder_behaviour": leak_behaviour(responder, test, cfg.answer_flow_threshold),
         "files": tree_sha256(out),
@@ -392,16 +381,17 @@ def run_leak(cfg: LeakConfig) -> dict:
     torch.manual_seed(cfg.seed)
     data_dir = Path(cfg.data_dir)
     with timers("build_data"):
-        if not (data_dir / "manifest.json").is_file():
-            memstate(["build-data", "--config", "configs/data/synthetic.yaml", "--out", str(data_dir)])
-        check_world(SHIPPED, data_dir)
+        if not (data_dir / "manifest.json").is_file() and memstate(
+            ["build-data", "--config", DATA_CONFIG, "--out", str(data_dir)]
+        ):
+            raise ConfigError(f"memstate build-data --config {DATA_CONFIG} failed")
         train_set, validation, test = (load_split(data_dir, s) for s in ("train", "validation", "test"))
     with timers("world"):
         world = Path(cfg.world) if cfg.world else build_leak_world(cfg, train_set, validation, test, data_dir,
                                                                     out / "world")  # fmt: skip
         recorded = json.loads((world / "world.json").read_text())
         if recorded["data_instances_sha256"] != instances_sha256(data_dir):
-            raise ValueError(f"{world}: built for another build of the data than {data_dir}")
+            raise ConfigError(f"{world}: its models were made for another build of the data than {data_dir}")
     responder_dir, warm = world / "responder", world / "policy"
     responder = RememberingResponder(TransformersResponder(str(responder_dir), batch_size=32))
 
@@ -484,8 +474,7 @@ def write_leak_report(report: dict, out: Path) -> None:
         "# The leak world: does the reward pay for answer content?",
         "",
         f"Test: {report['n_test']} instances of {report['test_users']} unseen users; accuracy with no state "
-        f"{report['no_state_accuracy']:.3f}. GRPO {report['config']['grpo_steps']} steps per arm; warm-up codes: "
-        f"{report['config']['warmup']}.",
+        f"{report['no_state_accuracy']:.3f}. GRPO {report['config']['grpo_steps']} steps per arm.",
         "",
         "| policy | check | credit | codes in test states (strong / weak) | of them for the gold slot | codes, last "
         "fifth of training (strong / weak) | gain, codes kept [95% CI] | gain, codes stripped [95% CI] |",

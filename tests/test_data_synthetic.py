@@ -74,6 +74,19 @@ def test_shortcut_probes_pass_and_failure_markers_are_label_independent(built):
     assert run_probes(instances)["passed"]
 
 
+def test_a_first_slot_prior_is_what_the_shortcut_probes_find():
+    """The leak world's data (``first_slot_share``, configs/data/synthetic_prior.yaml): each task's usual answer is
+    its first slot (a history request's, the second kind); the probes catch that from the request alone. 0.5, the
+    default, draws exactly what every world was built on (tests/test_world_models.py checks the hash)."""
+    instances = generate(SyntheticOptions(users=300, first_slot_share=0.8))
+    usual = {"evidence_conflict": "supported", "evidence_consistent": "supported", "preference_update": "A",
+             "preference_current": "A", "preference_history": "B"}  # fmt: skip
+    for task, answer in usual.items():
+        of_task = [i for i in instances if i.task == task]
+        assert 0.72 < sum(i.answer == answer for i in of_task) / len(of_task) < 0.88, task
+    assert not run_probes(instances)["passed"]
+
+
 def test_world_semantics_no_rule_is_right_everywhere(built):
     """The newer-preference rule helps on updates and hurts on history requests, the evidence rules pull opposite
     ways, and the older-preference rule says what the responder does anyway: no constant state is optimal."""
