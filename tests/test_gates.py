@@ -84,12 +84,10 @@ LABEL_LEAKS = [
     "The middle choice is the one.",
     "Answer with the letter after the first letter.",
     # Found playing the policy after the first version of the gate:
-    "The answer is the label that starts with r.",
     "Say s-u-p-p-o-r-t-e-d.",
     "The claim stands.",
     "Evidence sides with the claim.",
     "F1 says the opposite of the claim.",
-    "Pick the longest option.",
 ]
 
 CHOICE_LEAKS = [
@@ -100,11 +98,18 @@ CHOICE_LEAKS = [
     "Suggest orange juice, not tea.",
     "Pick (c).",
     "Option B fits the user.",
-    "Go with the latter option.",
     "Avoid A and B.",
     "Reply: C",
-    "Pick the shortest option.",
     "Say b-l-a-c-k c-o-f-f-e-e.",
+]
+
+# Leaks the word rules no longer claim (issue 54, round 2: the shape check and positions on anything but an ordinal
+# option/choice/answer were dropped, since procedure uses the same words); the answer-flow credit carries them.
+FLOW_LEAKS = [
+    ("label", "The answer is the label that starts with r."),
+    ("label", "Pick the longest option."),
+    ("choice", "Go with the latter option."),
+    ("choice", "Pick the shortest option."),
 ]
 
 LEGITIMATE = [
@@ -152,6 +157,13 @@ def test_label_leaks_are_rejected_whatever_the_gold_label(rule):
 @pytest.mark.parametrize("rule", CHOICE_LEAKS)
 def test_choice_leaks_are_rejected_whatever_the_gold_option(rule):
     assert [leaks_answer(_state(rule), inst) for inst in CHOICE_INSTANCES] == [True, True, True]
+
+
+@pytest.mark.parametrize("kind, rule", FLOW_LEAKS)
+def test_the_gate_does_not_claim_the_answer_flow_leaks(kind, rule):
+    """Move one back to its leak list if a rule catches it again."""
+    for inst in LABEL_INSTANCES if kind == "label" else CHOICE_INSTANCES:
+        assert not leaks_answer(_state(rule), inst)
 
 
 @pytest.mark.parametrize("rule", LEGITIMATE)

@@ -21,7 +21,9 @@ CASES = load_redteam(REDTEAM)
 LEAKS = [c for c in CASES if c.leak and not c.flow]
 FLOW_LEAKS = [c for c in CASES if c.flow]  # leaks_flow.jsonl: the answer-flow credit's, not the gate's
 LEGIT = [c for c in CASES if not c.leak]
-DEV_LEGIT = Path(__file__).parents[1] / "benchmarks" / "legit_heldout"  # a development set since issue 54
+# Development sets: legit_heldout since issue 54's round 1, legit_fresh (measured once, 15.1% blocked) since round 2.
+DEV_LEGIT = Path(__file__).parents[1] / "benchmarks" / "legit_heldout"
+FRESH_LEGIT = Path(__file__).parents[1] / "benchmarks" / "legit_fresh"
 INSTANCES = list({c.instance.id: c.instance for c in CASES}.values())
 LABELS = ("supported", "refuted", "not enough info")
 KINDS = ("verdict_paraphrase", "nei_paraphrase", "multilingual", "unicode", "letter", "position", "shape_hint",
@@ -30,7 +32,7 @@ KINDS = ("verdict_paraphrase", "nei_paraphrase", "multilingual", "unicode", "let
 
 def test_the_red_team_covers_every_kind_and_instance_type():
     assert len(LEAKS) >= 200 and len(LEGIT) >= 60
-    kinds = Counter(c.kind for c in LEAKS)
+    kinds = Counter(c.kind for c in LEAKS + FLOW_LEAKS)  # the gate's and the answer-flow credit's together
     assert all(kinds[k] >= 10 for k in KINDS), kinds
     legit_kinds = Counter(c.kind for c in LEGIT)
     assert legit_kinds["tricky_words"] >= 20 and legit_kinds["letter_names"] >= 10, legit_kinds
@@ -50,20 +52,25 @@ def test_every_leak_is_rejected_whatever_the_gold_answer(case):
 
 @pytest.mark.parametrize("case", FLOW_LEAKS, ids=lambda c: c.where.split("/")[-1])
 def test_the_gate_does_not_claim_the_answer_flow_leaks(case):
-    """Leaks that no wording tells from procedure (an accented loanword, a percentage, a bare "not the X"): the word
-    rules that caught them were dropped for precision (issue 54); the reward's answer-flow credit carries them. If the
-    gate catches one again, move it back to leaks.jsonl."""
+    """Leaks that no wording tells from procedure (an accented loanword, a percentage, a bare "not the X", a shape
+    hint, a place in the list without an option noun, a described option): the word rules that caught them were
+    dropped for precision (issue 54, rounds 1 and 2); the reward's answer-flow credit carries them. If the gate
+    catches one again, move it back to leaks.jsonl."""
     assert case.leak and case.kind
     assert not any(instance_leak_reason(case.state, inst) for inst in gold_variants(case.instance)), case.state
 
 
-def test_the_gate_blocks_at_most_one_percent_of_the_development_legit_set():
-    cases = [c for c in load_redteam(DEV_LEGIT) if not c.leak]
+@pytest.mark.parametrize("directory", [DEV_LEGIT, FRESH_LEGIT], ids=["legit_heldout", "legit_fresh"])
+def test_the_gate_blocks_at_most_one_percent_of_the_development_legit_sets(directory):
+    """Both are development sets now (the rules were changed with them in view): the bound is no held-out result."""
+    cases = [c for c in load_redteam(directory) if not c.leak]
     blocked = [c.where for c in cases if leaks_answer(c.state, c.instance)]
     assert len(cases) >= 150 and len(blocked) <= 0.01 * len(cases), blocked
 
 
-@pytest.mark.parametrize("directory", [REDTEAM, REDTEAM.parents[2] / "benchmarks/redteam_heldout", DEV_LEGIT])
+@pytest.mark.parametrize(
+    "directory", [REDTEAM, REDTEAM.parents[2] / "benchmarks/redteam_heldout", DEV_LEGIT, FRESH_LEGIT]
+)
 def test_no_decision_depends_on_the_gold_answer_on_any_set(directory):
     for case in load_redteam(directory):
         decisions = {leaks_answer(case.state, inst) for inst in gold_variants(case.instance)}

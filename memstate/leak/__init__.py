@@ -100,14 +100,12 @@ CHECKS: tuple[Check, ...] = (
     Check("pointing", _CLOSED, lambda t, s: lexical.pointing_reason(t)),
     # a candidate reversed, Caesar-shifted, base64/hex, spelled out, split across rules: 79 / 0, precision 1.00
     Check("encoding", _CLOSED, lambda t, s: lexical.encoding_reason(t, s.candidates, s.letters)),
-    # a hint at the answer's length, spelling or sound: 76 / 0, precision 1.00
-    Check("shape", _CLOSED, lambda t, s: lexical.shape_reason(t)),
     # an option letter in any form, unless in a range or list of all the letters: 67 / 0, precision 1.00
     Check("letter", _CLOSED, lambda t, s: lexical.letter_reason(t, s.letters)),
     # an answer named by its place in the list, unless a caution about the order: 90 / 0, precision 1.00
     Check("position", _CLOSED, lambda t, s: lexical.position_reason(t, len(s.candidates))),
     # an option's text, a word only it has, a pick of a definite thing that is no memory: 50 / 0, precision 1.00
-    Check("option_text", _CHOICE, lambda t, s: lexical.option_reason(t, s.candidates, s.memories)),
+    Check("option_text", _CHOICE, lambda t, s: lexical.option_reason(t, s.candidates)),
 )
 """The lexical checks, in the order they run; ``semantic`` (``memstate.leak.semantic``: MiniLM against verdict
 statements or the options; 8 / 1, precision 0.89) runs after them on what they pass."""

@@ -14,7 +14,6 @@ candidate is the reference answer (except the free-text span rule, which has no 
   letter that is no article, pronoun or name ("vitamin D", "Plan B", "C++" are names).
 - **Positions** (``position_reason``): an ordinal or number next to an answer-slot noun ("the second-from-top
   entry", "#3", "entry number two", "choice II", "the one listed last"); in other languages too.
-- **Shapes** (``shape_reason``): length, initial, rhyme, word count, spelling of the answer.
 - **Encodings** (``encoding_reason``): a candidate reversed, Caesar-shifted (ROT13 included), in base64 or hex,
   spelled out letter by letter, split across rules in quotes, or as an acrostic.
 - **Option text** (``option_reason``, choice instances): an option's text, most of a long option's content words,
@@ -95,7 +94,6 @@ _ATTITUDE = {
     )
     for fam, verbs in lx.ATTITUDE_VERBS.items()
 }
-_QUALIFIED = _rx(lx.PROCEDURE_QUALIFIERS)
 _ATTITUDE_IT = _rx(r"(endorse|accept|ratify|affirm|believe|uphold|reject|dismiss|deny|doubt|dispute|rubber stamp) it")
 _CLAIM_ANY = _rx(lx.CLAIM_NOUNS)
 # "Verify the claim against F1": a check to run, not a result.
@@ -153,7 +151,7 @@ def _verdicts(clause: str) -> list[tuple[str, int, str]]:
     found += [("sup", m.start(), m.group(0)) for m in _CLAIM_AS.finditer(clause)]
     for fam, rx in _ATTITUDE.items():
         for m in rx.finditer(clause):
-            if not (m.group("neg") and _QUALIFIED.search(clause)):  # "do not accept the claim at face value"
+            if not (m.group("neg") or _NEGATED.search(clause[: m.start()])):  # "do not adopt or reject the claim"
                 found.append((fam, m.start(), m.group(0)))
     return found
 
@@ -215,7 +213,25 @@ _LABEL_NAME = re.compile(r"^((well )?supported|refuted|not enough)$")
 # What makes a sentence's label names procedure: a condition or a requirement ("answer 'supported' only if …",
 # "'refuted' needs a memory that contradicts it", "'not enough info' is for when …").
 _CONDITION = _rx(
-    rf"{lx.HYPOTHETICAL}|only by|only with|only once|until|needs?|requires?|required|is for|are for|calls? for"
+    rf"{lx.HYPOTHETICAL}|only by|only with|only once|until|needs?|requires?|required|is for|are for|calls? for|"
+    rf"otherwise|else|reserved?|reserving|for the case|for cases|means|mean|meaning|stands for"
+)
+# Round 2 of issue 54: a verdict anywhere after one of these in its sentence is asked, conditional or a reason, not
+# stated ("if yes, compare it; if no, say there is not enough information", "otherwise choose 'not enough info'",
+# "it is refuted only by evidence that contradicts it", "do not decide because the claim is true").
+_SCOPE = _rx(rf"{lx.HYPOTHETICAL}|otherwise|else|only if|only by|only when|because|since|reserve\w*|means")
+_REASON_AFTER = _rx(r"because|since|for the reason")
+# A "not enough info" word is a verdict only when said of this claim or request, its evidence or the answer (or with
+# no subject at all: "Not enough info."): "the user's confidence adds no info" says it of something else.
+_BARE_NEI = re.compile(
+    r"(not |no |too |lacks? |without |isnt |is not )?(enough|little|few|thin|insufficien|inadequate|info|information|"
+    r"evidence|data|basis|unknow|uncertain|unclear|unsure|sufficient|adequate|solid|clear|firm|real|direct|relevant)"
+)
+_NEI_OF_THIS = re.compile(
+    r"(^|\b(it|this|that|there|here|claim|request|question|answer|verdict|label|result|memories|memory|evidence|"
+    r"facts?|sources?|records?|f\d+)( is| are| s| remains?| stays?| seems?| looks?| gives?| offers?| provides?| has|"
+    r" have| holds?| says?)?( still| simply| just| really| clearly)?|\b(say|answer|choose|pick|output|go with|"
+    r"mark it|label it|call it|its|treat it as|respond|reply|write|conclude|so)( with| as)?)\s*$"
 )
 # A claim in general, not this one ("a claim is refuted only by evidence that contradicts it").
 _GENERIC_CLAIM = _rx(r"(a|any|every|each|no) (claim|statement|assertion|proposition|hypothesis)|claims in general")
@@ -231,6 +247,10 @@ _NEGATION_BEFORE = re.compile(r"(not|dont|doesnt|isnt|never|no|nor|neither|witho
 
 
 _ATTITUDE_DENIED = re.compile(r"\b(not|dont|never|no \w+ to|nothing to|without)( \w+)? $")  # "no reason to accept it"
+
+
+def _generic_or_order(whole: str) -> bool:
+    return bool(_GENERIC_CLAIM.search(whole) or (_ORDER.search(whole) and _NEGATED.search(whole)))
 
 
 def label_reason(text: str) -> str | None:
@@ -261,10 +281,10 @@ def label_reason(text: str) -> str | None:
         if pair and pair[1] != pair[2] and not _NEGATED.search(whole):  # "does not make it supported or refuted"
             return f"names two verdicts as the only choices, ruling out the other: {pair[0]!r}"
     text = _POSSESSIVE.sub(r"\1 s", text)  # "match the claim's key words": not the claim itself
-    for sentence in _sentences(text):
+    # A claim in general or a caution about the order: the whole sentence; the scope of a condition: up to a ";".
+    sentences = [s for s in _sentences(text) if not _generic_or_order(normalize(s))]
+    for sentence in (seg for sent in sentences for seg in sent.split(";") if seg.strip()):
         whole = normalize(sentence)
-        if _GENERIC_CLAIM.search(whole) or (_ORDER.search(whole) and _NEGATED.search(whole)):
-            continue
         clauses = _clauses(sentence)
         found = [(k, fam, pos, words) for k, clause in enumerate(clauses) for fam, pos, words in _verdicts(clause)]
         # Labels offered as alternatives ("true or false", "supported, refuted and not enough info") name none of them;
@@ -279,14 +299,28 @@ def label_reason(text: str) -> str | None:
         # 'supported' only if …") states none of its verdicts.
         asks = sentence.rstrip().endswith("?") and not _NEGATED.search(whole)
         condition = asks or (_CONDITION.search(whole) and any(_LABEL_NAME.match(w) for _, _, _, w in found))
-        for k, _fam, pos, words in found:
+        for k, fam, pos, words in found:
             clause = clauses[k]
             if _unasserted(clause, pos) and not _hypothetical(clause, pos):
                 continue
-            asked = _hypothetical(clause, pos) or condition
+            if (
+                fam == "nei"
+                and _BARE_NEI.match(words)
+                and not (_NEI_OF_THIS.search(clause[:pos]) or _CLAIM_ANY.search(clause))
+            ):
+                continue
+            after = " ".join([clause[pos:], *clauses[k + 1 :]])
+            if _NEGATED.search(clause[:pos] + words) and _REASON_AFTER.search(after):
+                continue  # "the claim is not supported merely because the user lived there": a reason denied
+            scoped = _SCOPE.search(" ".join([*clauses[:k], clause[:pos]]))
+            asked = _hypothetical(clause, pos) or condition or scoped
             if not asked:
                 return f"states a verdict: {words!r}"
-            if _SELF_ANSWER.search(clause[pos:]) or (k + 1 < len(clauses) and _SHORT_YES.match(clauses[k + 1])):
+            if (
+                _SELF_ANSWER.search(clause[pos:])
+                or (k + 1 < len(clauses) and _SHORT_YES.match(clauses[k + 1]))
+                or any(_SHORT_YES.match(c) for c in clauses[:k])  # "if F1 places it in Tanzania (it does), ..."
+            ):
                 return f"answers its own question: {words!r}"
     for rule in text.splitlines():  # "the proposition under test, in other words: endorse it"
         norm = normalize(rule)
@@ -299,7 +333,6 @@ def label_reason(text: str) -> str | None:
     return None
 
 
-_DESCRIPTION = _rx(lx.ANSWER_DESCRIPTION)
 _WHATEVER_MEMORY = re.compile(r"\b(whatever|what|whichever) (f\d+|the memory|memory f\d+)\b")
 _ANSWER_WORD = _rx(r"answer|answers|reply|respond|output|verdict")
 _NEGATION = _rx(r"not|dont|never|no|nor|neither|without")
@@ -321,11 +354,6 @@ def pointing_reason(text: str) -> str | None:
         norm = normalize(rule)
         if (m := _WHATEVER_MEMORY.search(norm)) and _ANSWER_WORD.search(norm):
             return f"points at a memory as the answer: {m.group(0)!r}"
-        for m in _DESCRIPTION.finditer(norm):
-            if re.search(r"\b(each|every|all|any)( of the)? $", norm[: m.start()]):
-                continue  # "read what each option says": every option, so none
-            if not (" is " in m.group(0) and re.search(r"\bf\d", norm[m.end() :])):
-                return f"describes the answer: {m.group(0)!r}"
     return None
 
 
@@ -358,7 +386,7 @@ def _letter_forms(letters: tuple[str, ...]) -> list[tuple[str, str]]:
         r"|\s*(?:,|or|and|/)\s*[A-Z](?:\+\+|#))"
     )
     cue = rf"(?i:\b(?:{lx.CHOICE_VERBS}|options?|answers?|letters?|choices?|candidates?|labels?|is|not|except|than|"
-    cue += r"exclude|excluding|rule out|eliminate|avoid|never))"
+    cue += r"exclude|excluding|rule out|eliminate|avoid|never)\b)"  # whole words: "excluded" names no D
     q = r"[\"'“‘]?"
     return [
         (rf"\(\s*({cls})\s*\)", "paren"),  # (B)
@@ -437,27 +465,20 @@ def _all_letters_blanked(text: str, letters: Sequence[str]) -> str:
 
 # ---- positions -------------------------------------------------------------------------------------------------------
 
-_ORD = rf"({lx.ORDINALS})"
+# Only an ordinal or a number attached to an answer-slot noun ("the second option", "option 3", "choice II", "answer
+# number two") names a place. Round 2 of issue 54 dropped the rest (bare "number 1", "#2", "the one listed last", "the
+# first label", places in a list, indexes): the unseen legitimate sets used them of memories, turns and labels.
+_SLOT3 = r"options?|choices?|answers?"
+_ORDINAL = (
+    r"first|second|third|fourth|fifth|sixth|seventh|eighth|ninth|tenth|last|middle|penultimate|1st|2nd|3rd|[4-9]th|"
+    r"second to last|next to last|last but one"
+)
+_NUMBER = r"one|two|three|four|five|six|seven|eight|nine|ten|ii|iii|iv|vi|[1-9]"
 _POSITION = _rx(
-    rf"{_ORD}[ -]?(most |listed |mentioned |given |shown |placed |offered )?({lx.SLOT_NOUNS})"
-    rf"|({lx.SLOT_NOUNS}) (number |no |nr |num |#)?({lx.NUMBER_WORDS})"
-    rf"|(the one|the entry|the item|whichever|the answer|the option|the choice)( that is| thats| which is| that comes"
-    rf"| that appears)? ({lx.LISTED} |placed |coming |appearing |sitting |standing )?"
-    rf"(at the |in the |on the )?({lx.ORDINALS}|top|bottom|end|start|beginning|head|tail)"
-    rf"|({lx.LISTED}) ({lx.ORDINALS}|at the (top|bottom|end|start))"
-    rf"|({lx.ORDINALS})[ -]({lx.LISTED})"
-    rf"|(number|no|nr|num) ({lx.NUMBER_WORDS}) (option|choice|answer|entry|item|one|on the list)"
-    rf"|({lx.CHOICE_VERBS}) (the |option |choice |number |no )?({lx.ORDINALS})$"
-    rf"|{lx.LIST_PLACES}"
+    rf"({_ORDINAL})[ -]?(listed |placed |given |shown |offered )?({_SLOT3})"
+    rf"|({_SLOT3}) (number |no |nr |num |#)?({_NUMBER})"
+    rf"|(number|no|nr|num) ({_NUMBER}) (option|choice|answer)"
 )
-# "the first one" names a place in the list, unless "one" stands for a memory named before it in the clause.
-_MEMORY_NOUN = _rx(
-    r"preferences?|memor(y|ies)|facts?|beliefs?|evidence|rules?|habits?|statements?|mentions?|records?|notes?|"
-    r"sources?|stud(y|ies)|excerpts?|turns?|sessions?|experiences?|views?|f\d+"
-)
-_MIDDLE_OK = _rx(r"the middle (of|ground|name|school|east|ages|class|way)")
-_INDEX = re.compile(r"\w\[\s*(\d)\s*\]")
-_HASH_NUMBER = re.compile(r"(?<![\w&])#\s?(\d+)\b|\bno\.\s?(\d+)\b|\bnumber (\d+)\b")
 _FOREIGN_POSITION = _rx(
     rf"({lx.FOREIGN_ORDINALS}) ?({lx.FOREIGN_OPTION_NOUNS})|({lx.FOREIGN_OPTION_NOUNS}) ?"
     rf"({lx.FOREIGN_ORDINALS}|[a-j]|[1-9])"
@@ -468,12 +489,6 @@ _FOREIGN_POSITION_CJK = re.compile(
 )
 
 
-def _rule_of(text: str, clause: str) -> str:
-    """The rule (line) of ``text`` a normalized clause comes from."""
-    return next((line for line in text.splitlines() if clause in normalize(line)), "")
-
-
-_NUMBERS_MEMORIES = re.compile(r"(?i)\bnumber(?:ed)? (?:them|the|each|these|those|all|every)\b|#\s?\d+\s*[=:(]\s*F\d")
 _ENDS = (("first", "last"), ("top", "bottom"), ("start", "end"), ("beginning", "end"))
 
 
@@ -490,70 +505,22 @@ def _caution(sentence: str) -> bool:
 
 
 def position_reason(text: str, n_candidates: int) -> str | None:
-    """An answer named by its place in the list, or None.
+    """An answer named by its place in the list: an ordinal or number on an answer-slot noun, or None.
 
-    >>> position_reason("- Go with the one listed last.\\n- Use F1.", 3)
-    "names an answer by position: 'listed last'"
-    >>> position_reason("- Use the first memory; the newer preference overrides the first one.\\n- Use F2.", 3) is None
+    >>> position_reason("- Go with the second option.\\n- Use F1.", 3)
+    "names an answer by position: 'second option'"
+    >>> position_reason("- Call the earliest memory number 1.\\n- The first label that fits is not enough.", 3) is None
     True
     """
     text = _all_letters_blanked(text, option_letters(n_candidates)) if n_candidates > 1 else text
     clauses = [c for sentence in _sentences(text) if not _caution(normalize(sentence)) for c in _clauses(sentence)]
     for clause in clauses:
         for m in _POSITION.finditer(clause):
-            words = m.group(0)
-            if _MEMORY_NOUN.match(clause[m.end() :].strip()):
-                continue  # "cherry-pick one memory": a count of memories
             if re.search(r"\b(each|every|all|any)$", clause[: m.start()].strip()):
                 continue  # "score each option 0-2": every option
-            if re.search(r"\bones?$", words) and (
-                _MEMORY_NOUN.search(clause[: m.start()])
-                or _MEMORY_NOUN.search(normalize(_rule_of(text, clause)).split(clause)[0])
-            ):
-                continue  # "the latest preference overrides the first one"; "use the first memory; the last one …"
-            if words.startswith("the middle") and _MIDDLE_OK.match(clause, m.start()):
-                continue
-            return f"names an answer by position: {words!r}"
+            return f"names an answer by position: {m.group(0)!r}"
         if m := _FOREIGN_POSITION.search(clause) or _FOREIGN_POSITION_CJK.search(clause):
             return f"names an answer by position: {m.group(0)!r}"
-    if m := _INDEX.search(text):
-        return f"names an answer by index: {m.group(0)!r}"
-    if _NUMBERS_MEMORIES.search(text):
-        return None  # the state numbers the memories itself ("#1 = F2"): its numbers are theirs
-    for m in _HASH_NUMBER.finditer(text.lower()):
-        if 1 <= int(next(g for g in m.groups() if g)) <= max(n_candidates, 1):
-            return f"names an answer by number: {m.group(0)!r}"
-    return None
-
-
-# ---- shapes ----------------------------------------------------------------------------------------------------------
-
-_SHAPE = _rx(
-    rf"({lx.SHAPE_WORDS})( \w+)?( one| option| answer| label| choice| candidate| reply| entry| item| name| word"
-    rf"| suggestion| of (the|them))|(the|a) ({lx.SHAPE_WORDS})$|({lx.CHOICE_VERBS}) (the )?({lx.SHAPE_WORDS})"
-)
-_SPELLING = _rx(lx.SPELLING_HINTS)
-
-
-_QUOTED_SHAPE = re.compile(
-    r"(?i)\b(ends?|ending|begins?|beginning|starts?|starting|opens?|opening|rhymes?|sounds?) (in|with|like) "
-    r"[\"'“‘«-]+\s*[A-Za-z]"
-)
-
-
-def shape_reason(text: str) -> str | None:
-    """A hint at the answer's length, spelling or sound, or None.
-
-    >>> shape_reason("- The answer rhymes with deluded.\\n- Use F1.")
-    "hints at the answer's shape: 'rhymes'"
-    >>> shape_reason("- Keep the reply short.\\n- Read every memory.") is None
-    True
-    """
-    if m := _QUOTED_SHAPE.search(text):
-        return f"hints at the answer's shape: {m.group(0)!r}"
-    for clause in _clauses(text):
-        if m := _SHAPE.search(clause) or _SPELLING.search(clause):
-            return f"hints at the answer's shape: {m.group(0)!r}"
     return None
 
 
@@ -642,8 +609,11 @@ def encoding_reason(text: str, candidates: Sequence[str], letters: Sequence[str]
     tokens = set(norm.split())
     # runs of single letters read as one word ("n e i", "s u p p o r t e d")
     tokens |= {"".join(run.split()) for run in re.findall(r"\b(?:[a-z] ){2,}[a-z]\b", norm)}
+    # Spelled out letter by letter (or in pieces of up to three letters): "s.u.p.p.o.r.t.e.d", "sup-por-ted"; a
+    # word that merely contains a candidate ("co-working") spells nothing.
+    pieces = "".join(" " if len(t) > 3 else t for t in re.split(r"[^a-z]+", fold(text).lower()))
     for word in words:
-        if len(word) >= 6 and word in squashed and not re.search(rf"\b{word}", norm) and word not in spaced:
+        if len(word) >= 6 and word in pieces and word not in spaced:
             return f"spells out a candidate: {word!r}"
     for c in candidates:
         parts = normalize(fold(c)).split()
@@ -683,55 +653,15 @@ def content_words(text: str) -> list[str]:
     return [w.rstrip("s") for w in normalize(text).split() if w not in STOPWORDS and len(w) > 1]
 
 
-_PICK = _rx(
-    rf"{lx.CHOICE_VERBS}|the one (with|about|that|where|featuring|involving|mentioning)|whichever|"
-    r"go for|opt for|lean on|steer (toward|towards|to)|point (toward|towards|to)|rule out|skip|avoid|exclude|"
-    r"eliminate|drop|reject|not the|never the|anything but|except|the answer is|answer is|endorse|back"
-)
-
-
-# A pick or an exclusion of a definite thing ("recommend the leafy brew", "not the cocoa"): on a choice instance it
-# describes one option, unless what it picks is a memory ("prefer the newer preference", "pick the one F2 names").
-_DEFINITE_PICK = re.compile(
-    r"(?:^|\b)(?:please |so |then |just |simply )?(?P<verb>recommend|suggest|pick|choose|select|go with|go for|"
-    r"opt for|point to|point at|steer toward|steer towards|endorse|offer|propose|favou?r|prefer|settle on|land on|"
-    r"rule out|skip|avoid|exclude|eliminate|drop|reject|^not(?= the \w+(?: \w+)?(?: one| drink| dish|"
-    r" option| idea)?(?: and\b| or\b|$))|"
-    r"^never|anything but|answer with|the answer is) (?P<article>the|that|this|a|an|some) (?P<head>\w+)"
-)
-_ELIMINATE = frozenset(
-    ("not", "never", "anything but", "rule out", "skip", "avoid", "exclude", "eliminate", "drop", "reject")
-)
-_SLOT_WORDS = frozenset(
-    "letter label option answer choice reply response one correct right best true only same".split()
-)
-_GENERIC = frozenset(
-    "something anything thing things one ones option options choice choices answer reply response idea ideas "
-    "suggestion suggestions item pick way kind sort type".split()
-)
-_MEMORY_REF = _rx(
-    r"f\d+s?|preferences?|memor(y|ies)|facts?|beliefs?|evidence|habits?|records?|notes?|sources?|turn \d+|(19|20)\d\d|"
-    r"sessions?|experiences?|mentions?|entries|users?|newer|older|newest|oldest|latest|earlier|current|recent|"
-    r"previous|outdated|superseded|stated|request|question|relation|supersedes"
-)
-
-
-# Words of order and time that a procedure uses about memories ("the latest one", "first", "before"): an option that
-# happens to contain one is not named by it.
-_PROCEDURE_WORDS = frozenset(
-    "first last latest newest oldest earliest recent current previous older newer earlier later before after since "
-    "until now then today once one two three four new old next final".split()
-)
-
-
-def option_reason(text: str, options: Sequence[str], context: str = "") -> str | None:
-    """An option named by its text, or None. ``context``: the request and memories, whose words a rule may use.
+def option_reason(text: str, options: Sequence[str]) -> str | None:
+    """An option named by its full text (or most of a long option's content words), or None. A word only one option
+    has, "the X one" and a pick of a described thing were dropped in round 2 of issue 54: procedure uses such words.
 
     >>> opts = ("Hot chocolate", "Green tea", "Iced lemonade")
     >>> option_reason("- Suggest green tea.\\n- Use F2.", opts)
     "names an option's text: 'Green tea'"
-    >>> option_reason("- Recommend the lemonade one.\\n- Use F2.", opts)
-    "picks an option by describing it: 'recommend the lemonade'"
+    >>> option_reason("- Recommend the lemonade one.\\n- Take a fresh look at each option.", opts) is None
+    True
     >>> option_reason("- F2 (the newer preference) supersedes F1.\\n- Ignore F3.", opts) is None
     True
     """
@@ -740,7 +670,6 @@ def option_reason(text: str, options: Sequence[str], context: str = "") -> str |
         return f"picks an option in another language: {m.group(0)!r}"
     words = set(w.rstrip("s") for w in norm.split())
     per_option = [set(content_words(fold(o))) for o in options]
-    context_words = set(content_words(context))
     for option, content in zip(options, per_option, strict=True):
         onorm = normalize(fold(option))
         if not content:
@@ -751,40 +680,6 @@ def option_reason(text: str, options: Sequence[str], context: str = "") -> str |
             return f"names an option's text: {option!r}"
         if len(content) >= 3 and len(content & words) >= 0.75 * len(content):
             return f"names an option's text: {option!r}"
-    # A word only one option has, picked or used as the option's name ("the cocoa one" is left to the semantic check).
-    distinctive = {}
-    for i, content in enumerate(per_option):
-        others = set().union(*(c for j, c in enumerate(per_option) if j != i))
-        for w in content - others - _PROCEDURE_WORDS - _GENERIC:
-            distinctive[w] = i
-    for clause in _clauses(text):
-        if m := _DEFINITE_PICK.search(clause):
-            anaphora = m["head"] in ("one", "ones") and _MEMORY_REF.search(clause[: m.start()])
-            described = not anaphora and not _MEMORY_REF.search(clause[m.start("head") :])
-            # "answer with the letter of the correct option": nothing but answer-slot words
-            described = described and any(w not in _SLOT_WORDS for w in content_words(clause[m.start("head") :]))
-            if described and m["article"] in ("a", "an", "some") and (m["verb"] in _ELIMINATE or m["head"] in _GENERIC):
-                described = False  # "not a taste": ordinary negation; "pick an option": no option in particular
-            elif described and m["head"] in _PROCEDURE_WORDS:
-                described = False  # "don't go with the first thing she said": a memory's place in time
-            elif described and m["verb"] in _ELIMINATE:  # "avoid the cliché": an exclusion names an option's words
-                described = bool(set(content_words(clause[m.start("head") :])) & set(distinctive))
-            elif described and m["article"] in ("a", "an", "some"):  # "suggest a sencha-like brew", not "a drink"
-                new = [
-                    w for w in content_words(clause[m.start("head") :]) if w not in context_words and w not in _GENERIC
-                ]
-                described = bool(new)
-            if described:
-                return f"picks an option by describing it: {m.group(0)!r}"
-        cwords = [w.rstrip("s") for w in clause.split()]
-        for a, b in zip(cwords, cwords[1:], strict=False):
-            if a in distinctive and b in ("one", "option", "choice", "answer", "pick", "idea", "suggestion"):
-                return f"names an option by its content: '{a} {b}'"
-        for m in _PICK.finditer(clause):
-            window = [w.rstrip("s") for w in clause[m.end() :].split()[:6]]
-            hits = [w for w in window if w in distinctive and w not in context_words and len(w) > 2]
-            if hits:
-                return f"picks an option by a word only it has: {hits[0]!r}"
     return None
 
 

@@ -36,7 +36,7 @@ TRUTH_WORDS: dict[str, tuple[str, ...]] = {
         r"(no|little|not much) (daylight|gap|distance|space|difference) between|off the hook|see eye to eye",
         r"yea|(firm|flat|clear|plain|big|resounding) yes|thumbs? up|flying colou?rs|(call|count|score|"
         r"mark|rate) it a hit|"
-        r"ratif\w*|rubber stamp\w*|green light|10 (out of )?10|"
+        r"ratif\w*|rubber stamp\w*|green light|"
         r"(exactly |just )?as (the )?(claim|proposition|statement|request|hypothesis|assertion) (does|"
         r"says|states|puts it)|"
         r"(says|saying|say) (exactly |just )?what (the )?(claim|request|proposition|statement|sentence) says",
@@ -65,12 +65,12 @@ TRUTH_WORDS: dict[str, tuple[str, ...]] = {
         r"nay|(firm|flat|clear|plain|big|resounding) no|thumbs? down|pinocchio\w*|pants on fire|non starter|nonstarter|"
         r"(call|count|score|mark|rate) it a miss|(kidding|fooling|deluding) (themselves|himself|"
         r"herself|yourself|ourselves)|"
-        r"red light|[0-3] (out of )?10",
+        r"red light",
     ),
     "nei": (
         r"not enough|enough (info|information|evidence|data|detail\w*|to go on)|too (little|few|thin)( to go on)?",
         r"insufficien\w*|inconclusive\w*|indetermin\w*|undetermin\w*|undecid\w*|unsettled|unresolved",
-        r"unknow\w*|unverifiabl\w*|unprovabl\w*|unanswerabl\w*|uncertain\w*|unclear|unsure|unconfirmabl\w*",
+        r"unsupported|unknow\w*|unverifiabl\w*|unprovabl\w*|unanswerabl\w*|uncertain\w*|unclear|unsure|unconfirmabl\w*",
         r"(cannot|cant|can not|unable to|impossible to|not possible to|no way (to|of)|hard to|difficult to) (be )?"
         r"(tell|told|say|said|know|known|knowing|determin\w*|decid\w*|verif\w*|establish\w*|confirm\w*|settle\w*|"
         r"resolve\w*|conclude\w*|judge\w*|call)",
@@ -167,11 +167,6 @@ CLAIM_PREDICATES: dict[str, str] = {
     r"does not stand|doesnt stand|cannot stand|cant stand|is (shaky|weak|overstated|overblown|a stretch)|"
     r"outruns?|overreach\w*|goes too far",
 }
-# Qualifiers that make an accept/reject verb a procedure, not a verdict: "do not accept the claim at face value".
-PROCEDURE_QUALIFIERS = (
-    r"at face value|blindly|uncritically|without (checking|evidence|proof|reading|looking)|on faith|"
-    r"just because|only because|because the user|on the users (word|say)"
-)
 
 # Clause openers after which a verdict word is hypothetical ("if F1 contradicts the claim, trust F1").
 # A question about the verdict: two verdicts named in one ("whether it is supported or refuted") rule the third out.
@@ -235,61 +230,8 @@ POINTING = (
     rf"negate|invert|flip|reverse)\w* {_F}"
 )
 
-# ---- positions, letters and shapes -----------------------------------------------------------------------------------
+# ---- letters ---------------------------------------------------------------------------------------------------------
 
-ORDINALS = (
-    r"first|second|third|fourth|fifth|sixth|seventh|eighth|ninth|tenth|last|final|middle|centre|center|top|bottom|"
-    r"topmost|uppermost|upper|highest|lowest|lower|bottommost|lowermost|penultimate|antepenultimate|ultimate|"
-    r"former|latter|1st|2nd|3rd|[4-9]th|second to last|second from (the )?(top|bottom|last|end)|"
-    r"next to last|last but one|one before (the )?last|leftmost|rightmost|opening|closing|initial|earliest"
-)
-# Places in a list, said without an ordinal ("the one sandwiched between the other two", "heading the list").
-LIST_PLACES = (
-    r"(sits?|sitting|is|lies|lying|placed|listed|comes?|coming|one|entry|option|label|answer|item|choice) between the "
-    r"(other two|two others|first and (the )?(last|third)|top and (the )?bottom)|sandwiched|flanked|"
-    r"(end|top|bottom|head|start|beginning|tail|foot|middle|centre|center) of the (list|options|choices|answers|"
-    r"labels|candidates|lineup|line up|set)|"
-    r"(heading|heads|tops|topping|ends|ending|closes|closing|opens|opening|starts|starting) the (list|options|"
-    r"choices|lineup|set)|"
-    r"(sits?|sitting|placed|listed|comes?|coming|appears?|appearing|is|lies|lying) (at|on) the (very )?(bottom|top|"
-    r"end|start|beginning|head|tail)|"
-    r"(first|last|second|third) (on|in) the (list|lineup)|penultimate|the middle (\w+)|"
-    r"(in|at) (the )?(first|second|third|fourth|last|final|top|bottom) (place|position|spot|slot|row|rank)|"
-    r"(zero|one|0|1)[ -]?based|index (\d|zero|one|two|three)|"
-    r"(listed|placed|shown|given|written|printed) (before|after|above|below|ahead of|behind) the other|"
-    r"(letter|option|label|answer|choice|entry|item|candidate|verdict|reply)s? (at|on) the (very )?(top|bottom|end|"
-    r"start|head|tail)"
-)
-# Describing the answer itself ("the answer mentions peppercorns", "pick the label that means ...").
-ANSWER_DESCRIPTION = (
-    r"(the|your) (final |right |correct |best |true )?(answer|reply|response|pick|choice|option to (give|pick|choose)|"
-    r"one to (give|pick|choose)|label to (use|give|pick)|tag to (use|give)|verdict) (is (the|a|an|one|that|whatever)|"
-    r"mentions|contains|includes|has the word|names|features|involves|should (be|mention|contain|include|name))"
-    r"|(label|option|answer|tag|verdict|choice|reply)s? (that |which )?(means|meaning|for when|signals|signalling|"
-    r"indicates|indicating|saying|says|expresses|expressing|stands for)"
-    r"|\w+ ?style (label|option|answer|tag|verdict|reply)"
-    r"|(as|the way|like) you would (for|treat|answer|handle|rate|judge|with|if)"
-    r"|(answer|reply|respond|output|give)\w* (with )?(the )?(requests?|questions?|f\d+s?) (own )?(words?|phrase|"
-    r"wording)|(final|last|first|opening|closing|\w+th) word of (the )?(request|question|f\d+)|"
-    r"(f\d+s?|requests?|questions?) (own )?(final|last|first|opening|closing|\w+th|sixth|fifth|fourth|third|second)"
-    r" word|word (that )?(ends|ending|starts|starting|opens) (f\d+|the request|the question)|"
-    r"(take|pick|choose|give) the (side|answer|label|verdict|option) (opposite|contrary) to"
-    r"|(treat|handle|judge|rate|answer|score|mark) (the )?(claim|proposition|statement|sentence|checked sentence|it|"
-    r"this|request) (the same way|likewise|similarly|in the same way|alike)"
-    r"|(copy|repeat|echo|paste|put|insert|transfer)\w* f\d+s? \w+ (into|in|as|to) (the |your )?(reply|answer|response)"
-    r"|(word|phrase|words) (that )?(ends|ending|starts|starting|opens|closes|closing) (f\d+s?|the requests?|"
-    r"the questions?)"
-    r"|(option|one|label|answer|choice|reply) whose (first|last|final|opening|initial|\w+th|second|third) "
-    r"(word|letter|character)"
-)
-# Nouns that name an answer slot (not a memory): "the second entry", "the one listed last".
-SLOT_NOUNS = (
-    r"options?|choices?|answers?|candidates?|labels?|letters?|alternatives?|ones?|possibilit(y|ies)|entry|entries|"
-    r"items?|listings?|slots?|positions?|picks?|selections?|bullets?|rows?|lines? of the (list|options)|replies|"
-    r"reply|responses?|suggestions?|proposals?|verdicts?|outcomes?"
-)
-NUMBER_WORDS = r"one|two|three|four|five|six|seven|eight|nine|ten|i|ii|iii|iv|v|vi|\d+"
-LISTED = r"listed|shown|given|presented|offered|printed|written|placed|appearing|mentioned|displayed|named|numbered"
 # Words after a letter that make it a name, not an answer: "vitamin D", "Plan B", "Type A personality".
 LETTER_NAME_NOUNS = (
     r"vitamin|vitamins|plan|type|grade|section|part|class|group|team|level|appendix|exhibit|block|building|floor|"
@@ -317,37 +259,6 @@ CHOICE_VERBS = (
     r"go with|go for|settle on|land on|take|circle|tick|check|vote for|vote|bet on|favour|favor|prefer|recommend|"
     r"suggest|offer|propose|point to|point at|lean toward|lean towards|stick with|choice is|answer is|pick is"
 )
-SHAPE_WORDS = (
-    r"shortest|longest|briefest|wordiest|simplest|plainest|fanciest|most (detailed|specific|elaborate|complex|"
-    r"verbose|concise|technical|generic|general|vague|wordy|descriptive|exotic|unusual|complete|thorough)|"
-    r"least (detailed|specific|elaborate|complex|verbose|wordy|descriptive)|(longer|shorter|wordier|briefer)"
-)
-SPELLING_HINTS = (
-    r"(starts?|starting|begins?|beginning|ends?|ending|opens?|opening|closes?) (with|in) (the )?(letter|sound|"
-    r"syllable|vowel|consonant)"
-    r"|(starts?|starting|begins?|beginning|ends?|ending) with (an? )?[a-z]( (and|or|then|but|not)\b|$)"
-    r"|(first|initial|last|final|opening|closing) (letter|character|syllable|sound|initial)"
-    r"|initial(s|led)? [a-z]\b|initial letter|rhym\w*|spell\w*|anagram\w*|syllabl\w*|vowels?|"
-    r"consonants?|letters? long|characters? long|(\d+|one|two|three|four|five|six|seven|eight|nine|ten|eleven|"
-    r"twelve|thirteen|fifteen)[ -]((letter|character|syllable|char)s|(letter|character|word|syllable) \w+)"
-    r"|(\d+|one|two|three|four|five|six|seven|eight|nine|ten|eleven|twelve|thirteen|fifteen|twenty) words"
-    r"(?=.*\b(option|label|answer|choice|one|reply|suggestion|entry|candidate)s?\b)"
-    r"|(option|label|answer|choice|one|reply|suggestion|entry|candidate)s?\b.*\b(\d+|one|two|three|four|five|six|seven|"
-    r"eight|nine|ten|eleven|twelve|thirteen|fifteen|twenty) words"
-    r"|(one|single|two|three|multi)[ -]word (label|option|answer|one|choice|reply)"
-    r"|(label|option|answer|one|choice) with (a |the )?(space|spaces|hyphen|two words|three words)"
-    r"|(alphabetically|alphabetical)|capital letter|upper ?case|lower ?case|letters? of the alphabet|alphabet"
-    r"|contains? (a )?spaces?|ha(s|ve) (a )?spaces?|(letter|initial) (that |which )?(begins|starts|opens)"
-    r"|named after|whose name|(its|the|their) name (is|has|contains|includes|starts|ends|mentions)|in (its|the) name"
-    r"|(label|option|answer|one|choice|word|name|suggestion|reply|entry|candidate)s? (that |which )?(ends?|ending|"
-    r"starts?|starting|begins?|beginning|opens?|opening|closes?|closing) (in|with)"
-    r"|(opens?|opening|closes?|closing|kicks? off) with (an? )?[a-z]( (and|or|then|but|not)\b|$)"
-    r"|(single|one|two|three|four|multi|several) (short |long )?[ -]?words?( long)?$|(single|one)[ -]word|"
-    r"(the|this|a) (tag|label|option|answer|reply)( to use| to give)? (that )?(ends|starts|begins)"
-    r"|(two|three|four|several|multiple|many) (short |long )?words"
-    r"|double [a-z]( |$)|doubled letter|repeated letter|with (an? )?[a-z] in it|contains (the letter |an? )[a-z]( |$)"
-    r"|abbreviat\w*|acronym\w*|initialism|hyphenat\w*"
-)
 # Words of encodings: a legitimate rule about memories never mentions a cipher.
 CIPHER_WORDS = (
     r"rot ?13|rot ?\d+|caesar|atbash|base ?64|base ?32|hexadecimal|hex code|ascii|code ?point|char(acter)? code|"
@@ -368,7 +279,8 @@ FOREIGN_VERDICTS: dict[str, tuple[str, ...]] = {
         r"no se puede (saber|determinar|decidir|confirmar)|desconocid[oa]|no (es )?concluyente",
     ),
     "fr": (
-        r"vraie?s?|fausses?|faux|correctes?|incorrectes?|erronee?s?|confirmee?s?|refutee?s?|infirmee?s?|"
+        # "refute" (refuté folded) is English: the English verdict words have it
+        r"vraie?s?|fausses?|faux|correctes?|incorrectes?|erronee?s?|confirmee?s?|refutees?|infirmee?s?|"
         r"soutenue?s?|etayee?s?|dementie?s?|pas assez|informations? insuffisantes?|preuves? insuffisantes?|"
         r"impossible de (savoir|dire|trancher|conclure)|indetermine|inconnue?",
     ),

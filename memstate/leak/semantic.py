@@ -156,6 +156,12 @@ _QUESTION = re.compile(
 )
 
 
+_CONDITIONAL_RULE = re.compile(
+    r"(?i)\b(if|whether|unless|when|whenever|otherwise|only|because|means|mean|meaning|is for|are for|reserve\w*|"
+    r"needs?|requires?|short of)\b"
+)
+
+
 class _Embeddings:
     """The embedder, loaded on first use, and a bounded cache of unit vectors by text."""
 
@@ -216,7 +222,10 @@ def semantic_reason(
     thresholds: Thresholds = THRESHOLDS,
 ) -> str | None:
     """Why the semantic check rejects a (folded) state, or None. Label-blind: every candidate is compared."""
-    sents = [x for x in sentences(state_text) if not _QUESTION.search(x)]
+    # Round 2 of issue 54: a rule with a conditional or a definition anywhere in it is left whole to the lexical rules
+    # (its pieces, split at ";", read as verdicts: "... ; it is refuted only by evidence that contradicts it").
+    rules = [line for line in state_text.splitlines() if not _CONDITIONAL_RULE.search(line)]
+    sents = [x for x in sentences("\n".join(rules)) if not _QUESTION.search(x)]
     if not sents or not candidates:
         return None
     t = thresholds
