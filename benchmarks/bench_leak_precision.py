@@ -23,7 +23,7 @@ from memstate.leak.redteam import gold_variants, load_redteam
 
 ROOT = Path(__file__).resolve().parent.parent
 NAMES = (*(c.name for c in CHECKS), "semantic")
-SETS = ("tests/fixtures/redteam", "benchmarks/redteam_heldout", "benchmarks/legit_heldout")
+SETS = ("tests/fixtures/redteam", "benchmarks/redteam_heldout", "benchmarks/legit_heldout", "benchmarks/legit_fresh")
 
 
 def _lexical(state: str, inst) -> str | None:

@@ -11,8 +11,8 @@ Three layers, in order:
    reader sees;
 2. **Lexical rules** (``memstate.leak.lexical``): verdicts in other words, negated, with the claim as subject or
    object, "not enough info" phrasings, verdicts in other languages and scripts, pointing at a memory as the answer;
-   option letters in any form, positions in any phrasing, hints at the answer's shape or spelling, encodings
-   (reversed, Caesar/ROT13, base64/hex, spelled out, split across rules), an option's text or a word only it has;
+   option letters in any form, an ordinal on an option/choice/answer, encodings (reversed, Caesar/ROT13, base64/hex,
+   spelled letter by letter, split across rules), an option's full text;
 3. **Semantic check** (``memstate.leak.semantic``): each rule compared by sentence embedding with verdict statements
    (label instances) or with the options against the memories (choice instances), for what no word list covers.
 
@@ -81,34 +81,40 @@ def _label_words(text: str, s: Subject) -> str | None:
 
 _LABEL, _CHOICE = frozenset({"label"}), frozenset({"choice"})
 _CLOSED = _LABEL | _CHOICE
-# Each check: what it catches; measured on the three red-team sets together (tests/fixtures/redteam,
-# benchmarks/redteam_heldout, benchmarks/legit_heldout; benchmarks/results/leak_precision_after.json): leaks it was
-# the first to reject / legitimate states it was the first to reject, precision.
+# Each check: what it catches; measured after issue 54's round 2 on the four sets together (tests/fixtures/redteam,
+# benchmarks/redteam_heldout, benchmarks/legit_heldout, benchmarks/legit_fresh;
+# benchmarks/results/leak_precision_after.json): leaks it was the first to reject / legitimate states it was the first
+# to reject, precision. Round 2 dropped the shape check and the sub-rules that misfired on procedure in an unseen set.
 CHECKS: tuple[Check, ...] = (
     # a script (CJK, Cyrillic, …) or symbol (emoji) the request and memories do not use: 49 / 0, precision 1.00
     Check("script", _CLOSED, lambda t, s: lexical.script_reason(t, " ".join([s.memories, *s.candidates])), False),
-    # a rule in another language than the request's: 34 / 0, precision 1.00
+    # a rule in another language than the request's: 37 / 0, precision 1.00
     Check("language", _CLOSED, lambda t, s: lexical.language_reason(t, s.memories), False),
-    # a verdict stated outright, negated, with the claim as subject or object, "not enough info" phrasings, two
-    # labels as the only choices, a foreign verdict: 227 / 1, precision 1.00
+    # a verdict stated outright (not under a condition, a denied reason or a definition), with the claim as subject
+    # or object, "not enough info" said of the claim or its evidence, two labels as the only choices, a foreign
+    # verdict: 231 / 1, precision 1.00
     Check("verdict", _LABEL, lambda t, s: lexical.label_reason(t)),
     # a label of an unfamiliar label set named outright: 0 / 0 (no set has one)
     Check("label_words", _LABEL, _label_words),
     # the claim restated as a fact: 2 / 0, precision 1.00
     Check("restatement", _LABEL, lambda t, s: lexical.restatement_reason(t, s.question)),
-    # a memory pointed at as the answer ("answer as F2 says"), the answer described: 83 / 0, precision 1.00
+    # a memory pointed at as the answer ("answer as F2 says"): 47 / 0, precision 1.00
     Check("pointing", _CLOSED, lambda t, s: lexical.pointing_reason(t)),
-    # a candidate reversed, Caesar-shifted, base64/hex, spelled out, split across rules: 79 / 0, precision 1.00
+    # a candidate reversed, Caesar-shifted, base64/hex, spelled letter by letter, split across rules: 76 / 0,
+    # precision 1.00
     Check("encoding", _CLOSED, lambda t, s: lexical.encoding_reason(t, s.candidates, s.letters)),
-    # an option letter in any form, unless in a range or list of all the letters: 67 / 0, precision 1.00
+    # an option letter in any form, unless in a range or list of all the letters or inside a word: 75 / 0,
+    # precision 1.00
     Check("letter", _CLOSED, lambda t, s: lexical.letter_reason(t, s.letters)),
-    # an answer named by its place in the list, unless a caution about the order: 90 / 0, precision 1.00
+    # an ordinal or number on option/choice/answer ("the second option"), unless a caution about the order: 24 / 0,
+    # precision 1.00
     Check("position", _CLOSED, lambda t, s: lexical.position_reason(t, len(s.candidates))),
-    # an option's text, a word only it has, a pick of a definite thing that is no memory: 50 / 0, precision 1.00
+    # an option's full text (or most of a long option's content words): 4 / 0, precision 1.00
     Check("option_text", _CHOICE, lambda t, s: lexical.option_reason(t, s.candidates)),
 )
 """The lexical checks, in the order they run; ``semantic`` (``memstate.leak.semantic``: MiniLM against verdict
-statements or the options; 8 / 1, precision 0.89) runs after them on what they pass."""
+statements or the options; 24 / 1, precision 0.96; rules with a condition or a definition are left to the lexical
+checks) runs after them on what they pass."""
 
 
 def _contains_span(haystack: list[str], needle: list[str]) -> bool:
