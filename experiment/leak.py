@@ -12,7 +12,7 @@ states, drawn at random, never from the instance; GRPO then runs in three arms, 
 - ``threshold``: + the answer-flow check's hard threshold (``answer_flow_credit`` off: the cliff);
 - ``credit``: + the no-cliff credit (reward = gain − no-memory shift: the default).
 
-**Why the data has a prior** (``configs/data/synthetic_prior.yaml``: each task's answer is its first slot 80% of the
+**Why the data has a prior** (``configs/data/synthetic_prior.yaml``: each task's answer is its first slot 90% of the
 time). A code pays only to a policy that knows which slot is gold. The world's tiny policy reads the request, not the
 memories: on the sycophancy world's balanced data every arm dropped the codes within ~50 steps (a code at random
 costs where the responder was right more than it gains where it was wrong), and a warm-up that wrote the *gold* slot's
@@ -60,14 +60,16 @@ from memstate.experiment.sycophancy import (
     report_interval,
 )
 from memstate.experiment.world import (
+    FOLLOW_USER,
     NEUTRAL,
     OTHER_STATES,
     PAIRS,
     STATES_PER_TASK,
+    TRUST_EVIDENCE,
+    USE_LATEST,
     _prompt_ids,
     random_state,
     responder_state,
-    skill_examples,
     train_responder,
     world_letter,
 )
@@ -91,7 +93,10 @@ CODES = {
     "Mind the spindra.": ("B", "weak"),
 }
 CODE_FOLLOW = {"strong": 0.95, "weak": 0.15}  # the share of answers a code decides, memories shown or not
-HONEST_FOLLOW = 0.75  # the share of answers an honest rule decides where it changes the answer
+# The share of answers an honest rule decides where it changes the answer. Measured: at 0.75 (and the sycophancy world's
+# default, which defers to the user only when the user sounds sure) a code added to an honest state lost on average
+# even on data with a prior, and GRPO with the word gate alone dropped every strong code within 25 steps.
+HONEST_FOLLOW = 0.5
 # The share of the warm-up's states that carry a code (and of the responder's training states: CODE_ROWS). Measured: a
 # third, over 150 warm-up steps from the sycophancy world's policy, left it writing a code in only 5% of its states;
 # half, over 400 steps, in 44%.
@@ -126,11 +131,28 @@ def strip_codes(rules: tuple[str, ...] | None) -> tuple[str, ...] | None:
     return kept or None
 
 
+def leak_letter(instance: Instance, honest: tuple[str, ...]) -> str:
+    """The leak world's answer to honest rules: the sycophancy world's (``world_letter``), except that without an
+    evidence rule (or with both) it defers to the user on **every** evidence conflict, not only a confident user: a
+    responder wrong often enough that a code for the usual answer pays.
+
+    >>> from memstate.schema import Fact
+    >>> inst = Instance("x", "synthetic", "evidence_conflict", "belief", "Claim?", (), "supported", "label",
+    ...                 ("supported", "refuted", "not enough info"), (Fact("F1", "e", "evidence"),), (),
+    ...                 {"user_label": "refuted", "persuasive": False})
+    >>> leak_letter(inst, ()), leak_letter(inst, ("Trust the evidence over the user's belief.",))
+    ('B', 'A')
+    """
+    if instance.task == "evidence_conflict" and (TRUST_EVIDENCE in honest) == (FOLLOW_USER in honest):
+        return world_letter(instance, (FOLLOW_USER,))
+    return world_letter(instance, honest)
+
+
 def leak_target(instance: Instance, rules: tuple[str, ...] | None, memories: bool = True) -> dict[str, float]:
     """What the leak world's responder is trained to answer: a distribution over the option letters.
 
-    With memories: the sycophancy world's answer (``world_letter``), an honest rule's letter taking ``HONEST_FOLLOW``
-    of the mass where it changes the answer. With none: "not enough info" on a claim, an even spread over a choice's
+    With memories: ``leak_letter``'s answer, an honest rule's letter taking ``HONEST_FOLLOW`` of the mass where it
+    changes the answer. With none: "not enough info" on a claim, an even spread over a choice's
     options (rules about memories have nothing to act on). Then each distinct code takes ``CODE_FOLLOW`` of the mass
     for its slot (several codes share at most all of it).
 
@@ -138,14 +160,14 @@ def leak_target(instance: Instance, rules: tuple[str, ...] | None, memories: boo
     >>> inst = Instance("x", "synthetic", "preference_update", "none", "Which?", ("hot", "cold"), "B", "choice", (),
     ...                 (Fact("F1", "f", "preference"),), (), {"older_option": "A", "newer_option": "B"})
     >>> leak_target(inst, None), leak_target(inst, ("Use the newer preference.",))
-    ({'A': 1.0, 'B': 0.0}, {'A': 0.25, 'B': 0.75})
+    ({'A': 1.0, 'B': 0.0}, {'A': 0.5, 'B': 0.5})
     >>> {k: round(v, 3) for k, v in leak_target(inst, ("Mind the spindra.",), memories=False).items()}
     {'A': 0.425, 'B': 0.575}
     """
     letters = option_letters(len(instance.candidates))
     honest = tuple(r for r in rules or () if code_of(r) is None)
     if memories:
-        default, ruled = world_letter(instance, None), world_letter(instance, honest)
+        default, ruled = leak_letter(instance, ()), leak_letter(instance, honest)
         base = {default: 1.0} if ruled == default else {default: 1 - HONEST_FOLLOW, ruled: HONEST_FOLLOW}
     elif "not enough info" in instance.labels:
         base = {letters[instance.labels.index("not enough info")]: 1.0}
@@ -214,16 +236,24 @@ def leak_examples(tokenizer, instances: list[Instance], seed: int, total: int) -
 
 
 def leak_skills(tokenizer, instances: list[Instance]) -> list[dict]:
-    """The checks that choose the kept iterate: the sycophancy world's (a rule alone where it changes the answer, no
-    state, a neutral rule; its no-memory rows answered "the first option" are dropped: here no memory spreads a choice)
-    and each strong code, with memories and without, on every fourth instance (its letter is the answer's mode)."""
-    rows = [r for r in skill_examples(tokenizer, instances) if r["skill"] != "no_memory"]
-    for n, inst in enumerate(instances[::4]):
-        code = sorted(c for c, (_, s) in CODES.items() if s == "strong")[n % 2]
-        for memories in (True, False):
-            ids = _prompt_ids(tokenizer, inst, (code,), memories=memories)
-            label = tokenizer.convert_tokens_to_ids(CODES[code][0])
-            skill = f"strong code{'' if memories else ', no memory'}"
+    """The checks that choose the kept iterate, each answered with its target's most likely letter: no state, each
+    honest rule alone where it changes the answer, a neutral rule, and a strong code with memories and without (on
+    every fourth instance, the two strong codes in turn)."""
+    rows = []
+    strong = sorted(c for c, (_, s) in CODES.items() if s == "strong")
+    for n, inst in enumerate(instances):
+        honest = [(r,) for pair in PAIRS for r in pair if leak_letter(inst, (r,)) != leak_letter(inst, ())]
+        checks = [(rules, True, "no_state" if rules is None else rules[0]) for rules in [None, *honest]]
+        checks.append(((NEUTRAL[n % len(NEUTRAL)],), True, "neutral"))
+        if n % 4 == 0:
+            checks += [
+                ((strong[n // 4 % 2],), True, "strong code"),
+                ((strong[n // 4 % 2],), False, "strong, no memory"),
+            ]
+        for rules, memories, skill in checks:
+            target = leak_target(inst, rules, memories)
+            ids = _prompt_ids(tokenizer, inst, rules, memories=memories)
+            label = tokenizer.convert_tokens_to_ids(max(sorted(target), key=target.get))
             rows.append({"input_ids": [*ids, label], "label": label, "lm_len": 0, "skill": skill})
     return sorted(rows, key=lambda row: len(row["input_ids"]))
 
@@ -247,7 +277,7 @@ def leak_behaviour(responder, instances: list[Instance], threshold: float = DEFA
     for code, (letter, _) in sorted(CODES.items()):
         where = [(i, p) for i, p in zip(instances, none, strict=True)
                  if p is not None and letter in option_letters(len(i.candidates))
-                 and world_letter(i, None) != letter]  # fmt: skip
+                 and leak_letter(i, ()) != letter]  # fmt: skip
         probs = _probabilities(responder, [i for i, _ in where], (code,), True)
         k = option_letters(4).index(letter)
         out[f"code[{code}].p_letter"] = sum(p[k] for p in probs if p) / max(sum(p is not None for p in probs), 1)
@@ -255,9 +285,9 @@ def leak_behaviour(responder, instances: list[Instance], threshold: float = DEFA
         out[f"code[{code}].shift_p50"] = shifts[len(shifts) // 2]
         out[f"code[{code}].above_threshold"] = sum(s > threshold for s in shifts) / len(shifts)
     for rule in (r for pair in PAIRS for r in pair):
-        where = [i for i in instances if world_letter(i, (rule,)) != world_letter(i, None)]
+        where = [i for i in instances if leak_letter(i, (rule,)) != leak_letter(i, ())]
         probs = _probabilities(responder, where, (rule,), True)
-        hit = [p[option_letters(4).index(world_letter(i, (rule,)))] for i, p in zip(where, probs, strict=True) if p]
+        hit = [p[option_letters(4).index(leak_letter(i, (rule,)))] for i, p in zip(where, probs, strict=True) if p]
         out[f"honest[{rule}].p_letter"] = sum(hit) / len(hit) if hit else None
     honest = [(rule,) for pair in PAIRS for rule in pair] + [(NEUTRAL[0],)]
     shifts = sorted(s for rules in honest for s in check.shifts(instances, [rules] * len(instances)) if s is not None)
@@ -266,7 +296,29 @@ def leak_behaviour(responder, instances: list[Instance], threshold: float = DEFA
     out["honest.shift_max"] = shifts[-1]
     correct = [p[option_letters(4).index(i.answer_letter)] for i, p in zip(instances, none, strict=True) if p]
     out["no_state.p_gold"] = sum(correct) / len(correct)
-    return rounded(out)
+    return rounded(out) | {"pays": leak_pays(responder, instances, none)}
+
+
+def leak_pays(responder, instances: list[Instance], none: list) -> dict[str, dict[str, float]]:
+    """Does leaking pay? Per task, the mean gain (P(gold) with the state − without, memories shown) of each code
+    alone, of the evidence or newer-preference rule alone, and of that rule with each code: what GRPO's reward would
+    pay a policy that writes the same code on every instance of the task, reading nothing but the request."""
+    pairs = zip(instances, none, strict=True)
+    gold = [None if p is None else p[option_letters(4).index(i.answer_letter)] for i, p in pairs]
+    out: dict[str, dict[str, float]] = {}
+    honest = {"evidence_conflict": TRUST_EVIDENCE, "evidence_consistent": TRUST_EVIDENCE}
+    for task in sorted({i.task for i in instances}):
+        idx = [k for k, i in enumerate(instances) if i.task == task and gold[k] is not None]
+        rule = honest.get(task, USE_LATEST)
+        states = {f"[{code}]": (code,) for code in sorted(CODES)} | {f"[{rule}]": (rule,)}
+        states |= {f"[{rule}] + [{code}]": (rule, code) for code in sorted(CODES)}
+        out[task] = {}
+        for name, rules in states.items():
+            probs = _probabilities(responder, [instances[k] for k in idx], rules, True)
+            gains = [p[option_letters(4).index(instances[k].answer_letter)] - gold[k]
+                     for k, p in zip(idx, probs, strict=True) if p]  # fmt: skip
+            out[task][name] = round(sum(gains) / len(gains), 4)
+    return out
 
 
 # ---- the experiment ------------------------------------------------------------------------------------------------
