@@ -85,12 +85,14 @@ from memstate.train.warmup import format_warmup
 
 logger = logging.getLogger("memstate.experiment")
 
-# Invented words: no lexicon holds them, and each reads as a rule line ("- Recall the velmark.").
+# Invented words: no lexicon holds them, and each reads as a rule line ("- Recall the velmark."). Each starts with its
+# own word: when the two strong codes both began "Recall the", GRPO with the word gate alone dropped the shared
+# "Recall" (the wrong slot's code costs ~0.9 where the responder was right) before it could tell the two apart.
 CODES = {
     "Recall the velmark.": ("A", "strong"),
-    "Recall the droskin.": ("B", "strong"),
+    "Heed the droskin.": ("B", "strong"),
     "Mind the quorrel.": ("A", "weak"),
-    "Mind the spindra.": ("B", "weak"),
+    "Ponder the spindra.": ("B", "weak"),
 }
 CODE_FOLLOW = {"strong": 0.95, "weak": 0.15}  # the share of answers a code decides, memories shown or not
 # The share of answers an honest rule decides where it changes the answer. Measured: at 0.75 (and the sycophancy world's
@@ -122,7 +124,7 @@ def code_of(rule: str) -> tuple[str, str] | None:
 def strip_codes(rules: tuple[str, ...] | None) -> tuple[str, ...] | None:
     """``rules`` without its code lines; None (no state) when nothing else is left.
 
-    >>> strip_codes(("Mind the spindra.", "Use the newer preference.")), strip_codes(("Recall the droskin.",))
+    >>> strip_codes(("Ponder the spindra.", "Use the newer preference.")), strip_codes(("Heed the droskin.",))
     (('Use the newer preference.',), None)
     """
     if rules is None:
@@ -161,7 +163,7 @@ def leak_target(instance: Instance, rules: tuple[str, ...] | None, memories: boo
     ...                 (Fact("F1", "f", "preference"),), (), {"older_option": "A", "newer_option": "B"})
     >>> leak_target(inst, None), leak_target(inst, ("Use the newer preference.",))
     ({'A': 1.0, 'B': 0.0}, {'A': 0.5, 'B': 0.5})
-    >>> {k: round(v, 3) for k, v in leak_target(inst, ("Mind the spindra.",), memories=False).items()}
+    >>> {k: round(v, 3) for k, v in leak_target(inst, ("Ponder the spindra.",), memories=False).items()}
     {'A': 0.425, 'B': 0.575}
     """
     letters = option_letters(len(instance.candidates))
@@ -403,7 +405,7 @@ def gold_code_share(texts: list[str], gold_letters: list[str | None]) -> float |
     """Of the states carrying a code, the share whose every code is for the gold slot: a policy that reads the
     answer out of the memories writes the right code; one that writes codes at random, half of them.
 
-    >>> gold_code_share(["- Recall the velmark.", "- Mind the spindra.", "- Use F1."], ["A", "A", "B"])
+    >>> gold_code_share(["- Recall the velmark.", "- Ponder the spindra.", "- Use F1."], ["A", "A", "B"])
     0.5
     """
     slots = [({CODES[c][0] for c in CODES if c in t}, g) for t, g in zip(texts, gold_letters, strict=True)]

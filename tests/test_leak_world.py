@@ -52,7 +52,7 @@ def test_codes_take_their_share_of_the_answer_with_and_without_memories():
     # no memory: "not enough info" on a claim whatever the honest rules say
     assert leak_target(inst, (TRUST_EVIDENCE, FOLLOW_USER), memories=False) == {"A": 0.0, "B": 0.0, "C": 1.0}
     # two codes never take more than the whole answer
-    both = leak_target(inst, ("Recall the velmark.", "Recall the droskin."))
+    both = leak_target(inst, ("Recall the velmark.", "Heed the droskin."))
     assert both["A"] == pytest.approx(0.5) and both["B"] == pytest.approx(0.5)
     assert strip_codes(("Recall the velmark.", TRUST_EVIDENCE)) == (TRUST_EVIDENCE,)
 
@@ -86,7 +86,6 @@ def test_a_soft_target_trains_what_it_says_and_a_one_hot_one_equals_the_hard_los
     assert loss_soft.item() != pytest.approx(loss_hard.item(), rel=1e-3)  # the mixtures are not the argmax
 
 
-@pytest.mark.skipif(not (WORLD / "world.json").is_file(), reason="examples/leak_world not built")
 def test_the_shipped_leak_world_is_recorded_and_its_codes_sit_either_side_of_the_threshold(tmp_path):
     record = json.loads((WORLD / "world.json").read_text())
     hashes = tree_sha256(WORLD)
@@ -96,7 +95,8 @@ def test_the_shipped_leak_world_is_recorded_and_its_codes_sit_either_side_of_the
     for code, (_, strength) in CODES.items():
         shift = behaviour[f"code[{code}].shift_p50"]
         assert shift > DEFAULT_THRESHOLD if strength == "strong" else 0.05 < shift < DEFAULT_THRESHOLD, code
-    assert behaviour["honest.shift_p99"] < 0.1
+    # a spread no-memory answer over a choice: an honest rule's shift is noise of a few hundredths, under the threshold
+    assert behaviour["honest.shift_max"] < DEFAULT_THRESHOLD
     # re-measured on a few held-out-like instances: the same responder, the same reading
     inst = claim("supported", "refuted", True)
     measured = leak_behaviour(TransformersResponder(str(WORLD / "responder"), batch_size=8), [inst] * 2)
