@@ -75,8 +75,9 @@ def test_a_full_queue_sheds_with_429_and_retry_after_and_the_queued_complete():
     with ChatServer(policy) as server, api(server.url, max_concurrency=2, max_queue=2) as url, policy:
         with ThreadPoolExecutor(4) as pool:
             admitted = [pool.submit(httpx.post, url + PATH, json=payload(), timeout=30) for _ in range(4)]
-            wait_for(lambda: load(url) == (2, 2), "2 requests at work and 2 queued")
-            assert len(server.requests) == 2  # the queued two have not reached the policy
+            # a slot is counted when admitted, a moment before its request reaches the policy: wait for both
+            wait_for(lambda: load(url) == (2, 2) and len(server.requests) == 2, "2 requests at the policy and 2 queued")
+            assert len(server.requests) == 2 and load(url) == (2, 2)  # the queued two have not reached the policy
             refused = httpx.post(url + PATH, json=payload(), timeout=10)
             during = metrics(url)
             policy.gate.set()
