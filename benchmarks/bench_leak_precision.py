@@ -3,11 +3,11 @@
     python benchmarks/bench_leak_precision.py [--sets DIR ...] [--out FILE]
 
 Each state of each set (``memstate.leak.redteam.load_redteam``) is decided on its instance under every possible gold
-answer (``gold_variants``), by the whole gate (``instance_leak_reason``: folding, lexical rules, semantic check) and by
-the lexical rules alone (``lexical_reason``). Reported per set: leaks caught (recall), legitimate states blocked
-(false-positive rate), precision = caught leaks / (caught leaks + blocked legitimate states), how many states got a
-decision that depended on the gold answer (must be 0), and per named check (``memstate.leak.CHECKS``) how many leaks
-and legitimate states it was the first to fire on, and its precision. Prints the figures and writes JSON.
+answer (``gold_variants``), by the gate (``instance_leak_reason``: folding, then the named checks). Reported per set:
+leaks caught (recall), legitimate states blocked (false-positive rate), precision = caught leaks / (caught leaks +
+blocked legitimate states), how many states got a decision that depended on the gold answer (must be 0), and per named
+check (``memstate.leak.CHECKS``) how many leaks and legitimate states it was the first to fire on, and its precision.
+Prints the figures and writes JSON.
 """
 
 from __future__ import annotations
@@ -18,17 +18,12 @@ from pathlib import Path
 
 from results_io import report
 
-from memstate.leak import CHECKS, first_check, instance_leak_reason, lexical_reason
+from memstate.leak import CHECKS, first_check, instance_leak_reason
 from memstate.leak.redteam import gold_variants, load_redteam
 
 ROOT = Path(__file__).resolve().parent.parent
-NAMES = (*(c.name for c in CHECKS), "semantic")
+NAMES = tuple(c.name for c in CHECKS)
 SETS = ("tests/fixtures/redteam", "benchmarks/redteam_heldout", "benchmarks/legit_heldout", "benchmarks/legit_fresh")
-
-
-def _lexical(state: str, inst) -> str | None:
-    facts = [f.text for f in inst.facts]
-    return lexical_reason(state, inst.candidates, inst.answer_kind, inst.answer, inst.question, facts)
 
 
 def _precision(caught: int, blocked: int) -> float | None:
@@ -50,19 +45,15 @@ def measure(directory: Path) -> dict:
     n_leaks = sum(c.leak for c in cases)
     n_legit = len(cases) - n_leaks
     gate = Counter()
-    lexical = Counter()
     checks = {name: Counter() for name in NAMES}
     dependent, blocked_legit = [], []
     for case in cases:
         variants = gold_variants(case.instance)
-        gate_decisions = {instance_leak_reason(case.state, inst) is not None for inst in variants}
-        lexical_decisions = {_lexical(case.state, inst) is not None for inst in variants}
-        if len(gate_decisions) > 1 or len(lexical_decisions) > 1:
+        if len({instance_leak_reason(case.state, inst) is not None for inst in variants}) > 1:
             dependent.append(case.where)
         side = "leak" if case.leak else "legit"
         reason = instance_leak_reason(case.state, case.instance)
         gate[side] += reason is not None
-        lexical[side] += _lexical(case.state, case.instance) is not None
         if reason is not None:
             checks[first_check(case.state, case.instance)][side] += 1
             if not case.leak:
@@ -74,7 +65,6 @@ def measure(directory: Path) -> dict:
         "gold_dependent_decisions": len(dependent),
         "gold_dependent_where": dependent,
         "gate": _figures(n_leaks, n_legit, gate["leak"], gate["legit"]),
-        "lexical_rules": _figures(n_leaks, n_legit, lexical["leak"], lexical["legit"]),
         "per_check_first_fired": {
             name: {"leaks": c["leak"], "legit": c["legit"], "precision": _precision(c["leak"], c["legit"])}
             for name, c in checks.items()

@@ -180,10 +180,11 @@ def test_the_decision_never_depends_on_the_gold_answer():
 
 
 def test_letters_outside_the_option_set_are_not_options():
-    # Two candidates are A and B: "C" names nothing; a long option is named by most of its content words.
+    # Two candidates are A and B: "C" names nothing; an option's whole text is named. (Most of its content words in
+    # other wording, "suggest a pottery class near the new flat", is left to the answer-flow credit since round 3.)
     two = ("I'd suggest a pottery class near your new flat", "A cooking course with friends")
     assert leak_reason("- Say C.\n- Use F1.", two, "choice") is None
-    assert leak_reason("- Suggest a pottery class near the new flat.\n- Use F1.", two, "choice")
+    assert leak_reason("- Go with: I'd suggest a pottery class near your new flat.\n- Use F1.", two, "choice")
     assert leak_reason("- The user enjoyed pottery once (F2).\n- Use F1.", two, "choice") is None
 
 

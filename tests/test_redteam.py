@@ -1,7 +1,6 @@
 """The leak gate against the project's red team (tests/fixtures/redteam): every leaking state rejected and every
 legitimate one accepted, under every possible gold answer; every sentence the project itself writes into a prompt or a
-rule set accepted on every instance type; each Unicode trick folded; the semantic check told a restated memory from an
-option picked by its content."""
+rule set accepted on every instance type; each Unicode trick folded."""
 
 import random
 from collections import Counter
@@ -13,7 +12,6 @@ from memstate import prompts
 from memstate.experiment.world import SHAPES
 from memstate.leak import fold, instance_leak_reason, leak_reason, leaks_answer
 from memstate.leak.redteam import gold_variants, load_redteam
-from memstate.leak.semantic import LEGITIMATE, semantic_reason
 from memstate.train.warmup import GENERIC_RULES, template_state
 
 REDTEAM = Path(__file__).parent / "fixtures" / "redteam"
@@ -21,11 +19,45 @@ CASES = load_redteam(REDTEAM)
 LEAKS = [c for c in CASES if c.leak and not c.flow]
 FLOW_LEAKS = [c for c in CASES if c.flow]  # leaks_flow.jsonl: the answer-flow credit's, not the gate's
 LEGIT = [c for c in CASES if not c.leak]
-# Development sets: legit_heldout since issue 54's round 1, legit_fresh (measured once, 15.1% blocked) since round 2.
+# Development sets: legit_heldout since issue 54's round 1, legit_fresh (measured once, 15.1% blocked) since round 2,
+# legit_fresh2 (measured once, 8.2% blocked) since round 3.
 DEV_LEGIT = Path(__file__).parents[1] / "benchmarks" / "legit_heldout"
 FRESH_LEGIT = Path(__file__).parents[1] / "benchmarks" / "legit_fresh"
+FRESH2_LEGIT = Path(__file__).parents[1] / "benchmarks" / "legit_fresh2"
 INSTANCES = list({c.instance.id: c.instance for c in CASES}.values())
 LABELS = ("supported", "refuted", "not enough info")
+# Rules about how to use memories (once the semantic check's contrast set; it was dropped in round 3 of issue 54).
+PROCEDURE_RULES = (
+    "Trust the evidence over the user's belief.",
+    "Ignore memories about unrelated topics.",
+    "The newer preference supersedes the older one.",
+    "Treat the user's belief as a belief, not as evidence.",
+    "Decide from the evidence, not from the user's conviction.",
+    "Check whether the evidence addresses the claim.",
+    "Weigh the evidence in F1 against the user's belief in F2.",
+    "Read every memory before answering.",
+    "Do not let the user's identity or expertise decide the answer.",
+    "Rely on F1, the encyclopedic evidence.",
+    "F3 is about another topic; ignore it.",
+    "Compare the claim with the evidence sentences.",
+    "The user's confidence is not evidence.",
+    "Use only the memories that bear on this request.",
+    "Judge the claim only by the evidence.",
+    "Personal conviction does not outweigh documented sources.",
+    "Separate the user's opinion from what the evidence shows.",
+    "If the evidence contradicts the claim, follow the evidence.",
+    "Answer from the memories that still hold.",
+    "Go with what the user believes.",
+    "Use the newer preference.",
+    "Use the older preference.",
+    "Weigh all memories equally.",
+    "Keep the reply short.",
+    "Recheck every memory: does it still hold, was it superseded, does it conflict with the evidence?",
+    "Do not let a stated belief or expertise override the evidence.",
+    "Beliefs do not count as evidence, however strongly held.",
+    "A claim is only as good as its evidence.",
+    "Evidence must be about the claim's subject to count.",
+)
 KINDS = ("verdict_paraphrase", "nei_paraphrase", "multilingual", "unicode", "letter", "position", "shape_hint",
          "encoding", "option_content", "pointing")  # fmt: skip
 
@@ -54,22 +86,24 @@ def test_every_leak_is_rejected_whatever_the_gold_answer(case):
 def test_the_gate_does_not_claim_the_answer_flow_leaks(case):
     """Leaks that no wording tells from procedure (an accented loanword, a percentage, a bare "not the X", a shape
     hint, a place in the list without an option noun, a described option): the word rules that caught them were
-    dropped for precision (issue 54, rounds 1 and 2); the reward's answer-flow credit carries them. If the gate
+    dropped for precision (issue 54, rounds 1 to 3); the reward's answer-flow credit carries them. If the gate
     catches one again, move it back to leaks.jsonl."""
     assert case.leak and case.kind
     assert not any(instance_leak_reason(case.state, inst) for inst in gold_variants(case.instance)), case.state
 
 
-@pytest.mark.parametrize("directory", [DEV_LEGIT, FRESH_LEGIT], ids=["legit_heldout", "legit_fresh"])
+@pytest.mark.parametrize(
+    "directory", [DEV_LEGIT, FRESH_LEGIT, FRESH2_LEGIT], ids=["legit_heldout", "legit_fresh", "legit_fresh2"]
+)
 def test_the_gate_blocks_at_most_one_percent_of_the_development_legit_sets(directory):
-    """Both are development sets now (the rules were changed with them in view): the bound is no held-out result."""
+    """All are development sets now (the rules were changed with them in view): the bound is no held-out result."""
     cases = [c for c in load_redteam(directory) if not c.leak]
     blocked = [c.where for c in cases if leaks_answer(c.state, c.instance)]
     assert len(cases) >= 150 and len(blocked) <= 0.01 * len(cases), blocked
 
 
 @pytest.mark.parametrize(
-    "directory", [REDTEAM, REDTEAM.parents[2] / "benchmarks/redteam_heldout", DEV_LEGIT, FRESH_LEGIT]
+    "directory", [REDTEAM, REDTEAM.parents[2] / "benchmarks/redteam_heldout", DEV_LEGIT, FRESH_LEGIT, FRESH2_LEGIT]
 )
 def test_no_decision_depends_on_the_gold_answer_on_any_set(directory):
     for case in load_redteam(directory):
@@ -86,7 +120,7 @@ def test_every_legitimate_state_is_accepted_whatever_the_gold_answer(case):
 def _project_sentences() -> list[str]:
     """Every sentence the project writes into a prompt or a rule set."""
     texts = [prompts.POLICY_SYSTEM, prompts.RESPONDER_SYSTEM, prompts.STATE_HEADER, *prompts.SELF_RECHECK_RULES,
-             *GENERIC_RULES, *SHAPES, *LEGITIMATE]  # fmt: skip
+             *GENERIC_RULES, *SHAPES, *PROCEDURE_RULES]  # fmt: skip
     inst = INSTANCES[0]
     texts += [prompts.policy_messages(inst)[1]["content"].rsplit("\n\n", 1)[-1]]  # the policy's instruction
     texts += [prompts.responder_messages(i)[1]["content"].rsplit("\n\n", 1)[-1] for i in INSTANCES]  # answer lines
@@ -146,34 +180,3 @@ def test_folding_reads_what_a_reader_sees(written, read):
 )  # fmt: skip
 def test_folded_leaks_are_caught(rule):
     assert leak_reason(f"- {rule}\n- Use F1.", LABELS, "label")
-
-
-def test_semantic_check_tells_a_restated_memory_from_an_option_picked_by_content():
-    drink = next(i for i in INSTANCES if i.meta["redteam_name"] == "drink3")
-    facts = [f.text for f in drink.facts]
-    # The semantic check alone (no word lists): a directive toward one option's content is rejected...
-    assert semantic_reason("- Recommend the tea.\n- Use F2.", drink.options, "choice", facts)
-    # ...a rule that restates a memory is not, though it resembles the gold option, and neither is a rule about
-    # memories that fits every option.
-    assert semantic_reason("- F2: since 2024 the user drinks tea in the evening; sugar keeps them awake.\n- Use F2.",
-                           drink.options, "choice", facts) is None  # fmt: skip
-    assert semantic_reason("- Prefer the newer preference.\n- Ignore F3.", drink.options, "choice", facts) is None
-    assert not leaks_answer("- F2 says that since March 2024 the user has switched, because sugar keeps them awake."
-                            "\n- F2 supersedes F1.", drink)  # fmt: skip
-
-
-def test_semantic_check_reads_verdicts_no_word_list_holds():
-    assert semantic_reason("- The statement is accurate.\n- Use F1.", LABELS, "label")
-    assert semantic_reason("- Trust the evidence over the user's belief.\n- Use F1.", LABELS, "label") is None
-    assert semantic_reason("- If the memories disagree, follow the evidence.\n- Use F1.", LABELS, "label") is None
-
-
-def test_the_semantic_thresholds_in_code_are_the_calibrated_ones():
-    import json
-    from dataclasses import asdict
-
-    from memstate.leak.semantic import THRESHOLDS
-
-    calibration = json.loads((REDTEAM.parents[2] / "benchmarks/results/leak_semantic_calibration.json").read_text())
-    assert calibration["thresholds"] == asdict(THRESHOLDS)  # rerun benchmarks/calibrate_leak_semantic.py on a change
-    assert calibration["calibration_set"]["gate"]["legitimate_rejected"] == f"0/{len(LEGIT)}"

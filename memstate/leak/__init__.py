@@ -4,7 +4,7 @@ A state is rejected when it names **any** candidate answer, not only the referen
 whatever the gold answer is and a penalty tells the policy nothing about the label (a gate that fired only on the
 gold answer would be an answer oracle: "mention supported; if not penalised, it is not supported").
 
-Three layers, in order:
+Two layers, in order:
 
 1. **Folding** (``memstate.leak.normalize``): Unicode NFKC, invisible characters and accents out, look-alike letters of
    other scripts and digits inside words read as the Latin letters they imitate — so every later rule sees what a
@@ -12,9 +12,10 @@ Three layers, in order:
 2. **Lexical rules** (``memstate.leak.lexical``): verdicts in other words, negated, with the claim as subject or
    object, "not enough info" phrasings, verdicts in other languages and scripts, pointing at a memory as the answer;
    option letters in any form, an ordinal on an option/choice/answer, encodings (reversed, Caesar/ROT13, base64/hex,
-   spelled letter by letter, split across rules), an option's full text;
-3. **Semantic check** (``memstate.leak.semantic``): each rule compared by sentence embedding with verdict statements
-   (label instances) or with the options against the memories (choice instances), for what no word list covers.
+   spelled letter by letter, split across rules), an option's full text.
+
+The gate claims only what its words can tell from procedure (round 3 of issue 54 dropped the MiniLM semantic check: on
+the sets it was not calibrated on it blocked as many legitimate rules as it caught leaks).
 
 Free-text answers have no candidate set: the state must not contain the reference answer's span.
 What wording cannot hide is checked by the reward's answer-flow check through the responder
@@ -28,7 +29,7 @@ import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from memstate.leak import lexical, semantic
+from memstate.leak import lexical
 from memstate.leak.lexical import normalize
 from memstate.leak.normalize import fold, variants
 from memstate.schema import Instance, option_letters
@@ -41,7 +42,6 @@ __all__ = [
     "instance_leak_reason",
     "leak_reason",
     "leaks_answer",
-    "lexical_reason",
     "normalize",
 ]
 
@@ -112,9 +112,7 @@ CHECKS: tuple[Check, ...] = (
     # an option's full text (or most of a long option's content words): 4 / 0, precision 1.00
     Check("option_text", _CHOICE, lambda t, s: lexical.option_reason(t, s.candidates)),
 )
-"""The lexical checks, in the order they run; ``semantic`` (``memstate.leak.semantic``: MiniLM against verdict
-statements or the options; 24 / 1, precision 0.96; rules with a condition or a definition are left to the lexical
-checks) runs after them on what they pass."""
+"""The gate's checks, in the order they run."""
 
 
 def _contains_span(haystack: list[str], needle: list[str]) -> bool:
@@ -135,23 +133,6 @@ def _fired(state_text: str, candidates, answer_kind, question, facts):
                 break
 
 
-def lexical_reason(
-    state_text: str,
-    candidates: Sequence[str],
-    answer_kind: str,
-    reference: str = "",
-    question: str = "",
-    facts: Sequence[str] = (),
-) -> str | None:
-    """Why the lexical checks reject ``state_text`` (the first of ``CHECKS`` that fires, on any folded variant of the
-    state), or None. A free-text answer has no candidates: the state must not contain the reference answer's span."""
-    if answer_kind == "free":
-        span = normalize(fold(reference)).split()
-        found = any(_contains_span(normalize(v).split(), span) for v in variants(state_text))
-        return "contains the reference answer" if found else None
-    return next((reason for _, reason in _fired(state_text, candidates, answer_kind, question, facts)), None)
-
-
 def leak_reason(
     state_text: str,
     candidates: Sequence[str],
@@ -160,12 +141,12 @@ def leak_reason(
     *,
     question: str = "",
     facts: Sequence[str] = (),
-    semantic_check: bool = True,
 ) -> str | None:
-    """Why ``state_text`` names an answer (a short reason), or None. ``candidates``: the closed answer set (labels or
-    options) shown to the responder as lettered options; ``reference``: the free-text answer (``answer_kind`` free);
-    ``question`` and ``facts`` (texts): what the responder also reads — a rule may use their words and restate a
-    memory, and the semantic check tells a restated memory from a named option by them.
+    """Why ``state_text`` names an answer (the first of ``CHECKS`` that fires, on any folded variant of the state), or
+    None. ``candidates``: the closed answer set (labels or options) shown to the responder as lettered options;
+    ``reference``: the free-text answer (``answer_kind`` free); ``question`` and ``facts`` (texts): what the responder
+    also reads — a rule may use their words and restate a memory. A free-text answer has no candidates: the state
+    must not contain the reference answer's span.
 
     >>> labels = ("supported", "refuted", "not enough info")
     >>> leak_reason("- The claim is false.\\n- Use F1.", labels, "label")
@@ -178,10 +159,11 @@ def leak_reason(
     ...             "label") is None
     True
     """
-    reason = lexical_reason(state_text, candidates, answer_kind, reference, question, facts)
-    if reason or not semantic_check or answer_kind == "free":
-        return reason
-    return semantic.semantic_reason(fold(state_text), candidates, answer_kind, facts)
+    if answer_kind == "free":
+        span = normalize(fold(reference)).split()
+        found = any(_contains_span(normalize(v).split(), span) for v in variants(state_text))
+        return "contains the reference answer" if found else None
+    return next((reason for _, reason in _fired(state_text, candidates, answer_kind, question, facts)), None)
 
 
 def instance_leak_reason(state_text: str, instance: Instance) -> str | None:
@@ -212,13 +194,10 @@ def leaks_answer(state_text: str, instance: Instance) -> bool:
 
 
 def first_check(state_text: str, instance: Instance) -> str | None:
-    """The name of the first check that rejects ``state_text`` on ``instance`` (a name of ``CHECKS``, ``semantic``,
-    or ``reference_span`` on a free-text instance), or None: which rule a rejection is owed to."""
+    """The name of the first check that rejects ``state_text`` on ``instance`` (a name of ``CHECKS``, or
+    ``reference_span`` on a free-text instance), or None: which rule a rejection is owed to."""
     facts = [f.text for f in instance.facts]
     if instance.answer_kind == "free":
-        return "reference_span" if lexical_reason(state_text, (), "free", instance.answer) else None
+        return "reference_span" if leak_reason(state_text, (), "free", instance.answer) else None
     fired = _fired(state_text, instance.candidates, instance.answer_kind, instance.question, facts)
-    if (name := next((n for n, _ in fired), None)) is not None:
-        return name
-    reason = semantic.semantic_reason(fold(state_text), instance.candidates, instance.answer_kind, facts)
-    return "semantic" if reason else None
+    return next((n for n, _ in fired), None)

@@ -162,8 +162,21 @@ def _hypothetical(clause: str, position: int) -> bool:
     return m is not None and m.start() < position
 
 
+# The user's stance reported ("the user grew up there and disputes the claim", "the user is certain the claim is
+# true"): what the user holds, which the responder reads in the memories anyway, not a verdict on the claim.
+_USER_STANCE = _rx(
+    r"(the |a |this |our )?(user|users|person|someone|people)( \w+){0,6}? (?P<verb>disputes?|disputed|doubts?|doubted|"
+    r"rejects?|rejected|denies|denied|accepts?|accepted|questions?|questioned|argues?|argued|maintains?|maintained|"
+    r"objects?|objected|insists?|insisted|swears?|swore|bets?|agrees?|agreed|disagrees?|disagreed|believes?|believed|"
+    r"thinks?|thought|((is|are|was|were|feels?|seems?) )?(certain|sure|convinced|confident|adamant|positive))"
+)
+
+
 def _unasserted(clause: str, position: int) -> bool:
-    """A verdict at ``position`` is conceded, reported or said of what could be: see ``lexicon.UNASSERTED``."""
+    """A verdict at ``position`` is conceded, reported or said of what could be: see ``lexicon.UNASSERTED``; or it is
+    the user's stance reported (``_USER_STANCE``: the verdict comes at or after the stance verb)."""
+    if any(m.start("verb") <= position for m in _USER_STANCE.finditer(clause)):
+        return True
     for m in _UNASSERTED.finditer(clause):
         last = m.group(0).split()[-1]
         # "F1 literally saying what the request says": the reporting verb is the verdict itself, not a report of one.
@@ -214,7 +227,8 @@ _LABEL_NAME = re.compile(r"^((well )?supported|refuted|not enough)$")
 # "'refuted' needs a memory that contradicts it", "'not enough info' is for when …").
 _CONDITION = _rx(
     rf"{lx.HYPOTHETICAL}|only by|only with|only once|until|needs?|requires?|required|is for|are for|calls? for|"
-    rf"otherwise|else|reserved?|reserving|for the case|for cases|means|mean|meaning|stands for"
+    rf"otherwise|else|reserved?|reserving|for the case|for cases|means|mean|meaning|stands for|covers?|covering|"
+    rf"applies|apply|is used|are used|fits?"
 )
 # Round 2 of issue 54: a verdict anywhere after one of these in its sentence is asked, conditional or a reason, not
 # stated ("if yes, compare it; if no, say there is not enough information", "otherwise choose 'not enough info'",
@@ -244,9 +258,20 @@ _TRUTH_OR_FALSE = _rx(r"(true|right|correct|accurate) or (false|wrong|incorrect|
 _POSSESSIVE = re.compile(rf"(?i)\b({lx.CLAIM_NOUNS.split('|(')[0]})['’]s\b")
 _NEGATED = _rx(r"not|dont|doesnt|isnt|never|no|nor|neither|without|nothing")
 _NEGATION_BEFORE = re.compile(r"(not|dont|doesnt|isnt|never|no|nor|neither|without)( (be|is|are|as|so))? $")
+# Labels ruled out by a negated answer verb ("do not answer supported or not enough info"): the rest is the answer,
+# unless the sentence says when ("... unless F1 states it", "... without a memory on the claim", "... because ...").
+_EXCLUDED = re.compile(
+    r"\b(not|dont|never|avoid|no)( \w+)? (answer|answering|say|saying|choose|choosing|pick|picking|output|give|select|"
+    r"mark|label|go with|reply|respond|conclude)( with| it| it as| as)? $"
+)
+_EXCLUSION_SCOPED = _rx(r"without|before|just|merely|simply|solely|only")
 
 
 _ATTITUDE_DENIED = re.compile(r"\b(not|dont|never|no \w+ to|nothing to|without)( \w+)? $")  # "no reason to accept it"
+
+
+# The answer itself as the subject ("the answer is not enough info"): stated, whatever a reported clause before says.
+_ANSWER_IS = re.compile(r"\b(answer|verdict|label|result|response|reply|output)( is| should be| must be| will be)? $")
 
 
 def _generic_or_order(whole: str) -> bool:
@@ -293,6 +318,10 @@ def label_reason(text: str) -> str | None:
         alternatives = (len(names) >= 2 or _TRUTH_OR_FALSE.search(whole)) and not any(
             _NEGATION_BEFORE.search(clauses[k][:pos]) for k, pos in names
         )
+        excluded = [(k, pos) for k, pos in names if _EXCLUDED.search(clauses[k][:pos])]
+        scoped_exclusion = _CONDITION.search(whole) or _REASON_AFTER.search(whole) or _EXCLUSION_SCOPED.search(whole)
+        if excluded and not scoped_exclusion:
+            return f"rules out verdicts, leaving the answer: {whole!r}"
         if alternatives:
             continue
         # A sentence that asks ("which of the three is the case here?") or defines when to use a label ("answer
@@ -301,7 +330,7 @@ def label_reason(text: str) -> str | None:
         condition = asks or (_CONDITION.search(whole) and any(_LABEL_NAME.match(w) for _, _, _, w in found))
         for k, fam, pos, words in found:
             clause = clauses[k]
-            if _unasserted(clause, pos) and not _hypothetical(clause, pos):
+            if _unasserted(clause, pos) and not _hypothetical(clause, pos) and not _ANSWER_IS.search(clause[:pos]):
                 continue
             if (
                 fam == "nei"
@@ -606,6 +635,7 @@ def encoding_reason(text: str, candidates: Sequence[str], letters: Sequence[str]
     squashed = _letters(text)
     spaced = _spaced_candidates(candidates, norm)
     words = _words_of(candidates, 5)
+    own_words = " ".join(f" {normalize(fold(c))} " for c in candidates)
     tokens = set(norm.split())
     # runs of single letters read as one word ("n e i", "s u p p o r t e d")
     tokens |= {"".join(run.split()) for run in re.findall(r"\b(?:[a-z] ){2,}[a-z]\b", norm)}
@@ -624,12 +654,14 @@ def encoding_reason(text: str, candidates: Sequence[str], letters: Sequence[str]
             if form in squashed:
                 return f"encodes a candidate: {word!r} ({how})"
         for i in range(2, len(word) - 1):
-            if word[:i] in tokens and word[i:] in tokens and word[:i] not in STOPWORDS:
+            own = f" {word[:i]} {word[i:]} " in own_words  # the candidate's own two words ("second hand")
+            if word[:i] in tokens and word[i:] in tokens and word[:i] not in STOPWORDS and not own:
                 return f"splits a candidate across the state: {word!r}"
     # Split across rules: the quoted pieces, or the words' and rules' initials, read together.
     pieces = [_letters(p) for p in re.findall(r"[\"'“‘«]([^\"'”’»]{1,20})[\"'”’»]", text)]
     whole = [_letters(fold(c)) for c in candidates]
-    quoted = "".join(p for p in pieces if not any(w in p for w in whole))  # a candidate quoted whole is no split
+    # a candidate, or a word of one, quoted whole in one piece is a quotation ("F1's 'morning' yoga"), not a split
+    quoted = "".join(p for p in pieces if not any(w in p for w in [*whole, *words]))
     initials = _letters("".join(w[0] for w in norm.split()))
     rule_initials = _letters("".join(line.lstrip("- ")[:1] for line in text.splitlines() if line.strip()))
     for word in words:
@@ -654,8 +686,9 @@ def content_words(text: str) -> list[str]:
 
 
 def option_reason(text: str, options: Sequence[str]) -> str | None:
-    """An option named by its full text (or most of a long option's content words), or None. A word only one option
-    has, "the X one" and a pick of a described thing were dropped in round 2 of issue 54: procedure uses such words.
+    """An option named by its full text, or None, unless the text is quoted from a memory ("F1's 'green tea' was
+    superseded by F4"). A word only one option has, "the X one" and a pick of a described thing were dropped in round 2
+    of issue 54, most of a long option's content words in round 3: procedure uses such words.
 
     >>> opts = ("Hot chocolate", "Green tea", "Iced lemonade")
     >>> option_reason("- Suggest green tea.\\n- Use F2.", opts)
@@ -668,7 +701,6 @@ def option_reason(text: str, options: Sequence[str]) -> str | None:
     norm = normalize(text)
     if m := _FOREIGN_CHOICE.search(norm):
         return f"picks an option in another language: {m.group(0)!r}"
-    words = set(w.rstrip("s") for w in norm.split())
     per_option = [set(content_words(fold(o))) for o in options]
     for option, content in zip(options, per_option, strict=True):
         onorm = normalize(fold(option))
@@ -676,11 +708,39 @@ def option_reason(text: str, options: Sequence[str]) -> str | None:
             if re.search(rf"\b({lx.CHOICE_VERBS})( with)? {re.escape(onorm)}\b", norm):
                 return f"names an option's text: {option!r}"
             continue
-        if re.search(rf"\b{re.escape(onorm)}\b", norm) or (" " in onorm and onorm.replace(" ", "") in norm.split()):
+        if re.search(rf"\b{re.escape(onorm)}\b", norm) and not _quoted_from_memory(text, option):
             return f"names an option's text: {option!r}"
-        if len(content) >= 3 and len(content & words) >= 0.75 * len(content):
+        if " " in onorm and onorm.replace(" ", "") in norm.split():
             return f"names an option's text: {option!r}"
     return None
+
+
+_QUOTE = "[\"'“‘«]"
+_UNQUOTE = "[\"'”’»]"
+
+
+def _quoted_from_memory(text: str, option: str) -> bool:
+    """Every mention of ``option`` in ``text`` is in quotes and attributed to a memory in its sentence ("F1's 'green
+    tea'", "the memory at turn 3 says 'green tea'") with no pick verb before it: a memory quoted, not a pick."""
+    onorm = normalize(fold(option))
+    found = False
+    text = re.sub(r"(?<=\w)['’](?=\w)", "", fold(text))  # apostrophes inside words ("F1's") are no quotes
+    for sentence in re.split(r"(?<=[.!?;])\s+|\n", text):
+        norm = normalize(sentence)
+        if not re.search(rf"\b{re.escape(onorm)}\b", norm):
+            continue
+        found = True
+        quoted = [normalize(q) for q in re.findall(rf"{_QUOTE}([^\"'”’»]{{1,80}}){_UNQUOTE}", sentence)]
+        mentions = len(re.findall(rf"\b{re.escape(onorm)}\b", norm))
+        in_quotes = sum(len(re.findall(rf"\b{re.escape(onorm)}\b", q)) for q in quoted)
+        before = norm[: norm.find(onorm)]
+        if in_quotes < mentions or not _MEMORY_NAMED.search(before) or _PICK.search(before):
+            return False
+    return found
+
+
+_MEMORY_NAMED = _rx(r"f\d+s?|memor(y|ies)|turn \d+|the (older|newer|earlier|later|old|new|latest|first|last) one")
+_PICK = _rx(lx.CHOICE_VERBS)
 
 
 # ---- scripts and languages -------------------------------------------------------------------------------------------
@@ -744,6 +804,10 @@ def _stop_words() -> dict[str, frozenset[str]]:
 
     english = {normalize(fold(w)) for w in get_lang_class("en")().Defaults.stop_words}
     english |= set("a i o y e u de la le du des en un una una con per por para son come case".split())
+    # English contractions with the apostrophe dropped ("dont" is French too) and loanwords English rules use ("deja
+    # vu", "vis a vis", "per se", "bona fide", "status quo", "ad hoc", "en route", "raison detre")
+    english |= set("dont doesnt didnt isnt arent wasnt werent cant wont wouldnt shouldnt couldnt hasnt havent".split())
+    english |= set("deja vu vis se bona fide status quo ad hoc route raison detre fait accompli masse via".split())
     out = {}
     for lang in _LANGUAGES:
         words = {normalize(fold(w)) for w in get_lang_class(lang)().Defaults.stop_words}

@@ -23,7 +23,7 @@ TRUTH_WORDS: dict[str, tuple[str, ...]] = {
         r"rightly",
         r"(un)?(confirmed|verified|corroborated|substantiated|validated|vindicated|proven|proved)",
         r"borne out|bears? out|bore out",
-        r"holds? (true|up|water|good)|held up|stands? up|stood up|checks? out|checked out|adds? up|rings? true",
+        r"holds? (true|up|water|good)|held up|stands? up|stood up|checks? out|checked out|adds? up(?! to)|rings? true",
         r"spot on|dead on|on the (money|mark|nose)|right on",
         r"well (founded|grounded|established)",
         r"undeniabl\w*|indisputabl\w*|incontrovertibl\w*|irrefutabl\w*|unquestionabl\w*",
@@ -52,7 +52,8 @@ TRUTH_WORDS: dict[str, tuple[str, ...]] = {
         r"debunk\w*|disprov\w*|discredit\w*|falsif\w*",
         r"baseless|groundless|unfounded|without (merit|basis|foundation)|lacks? merit|has no merit",
         r"(does not|doesnt|do not|dont|did not|didnt|wont|will not|cannot|cant|fails? to) "
-        r"(hold( up| water)?(?! (the|it|this|that|them|a)\b)|stand( up)?|check out|add up|ring true|survive)",
+        r"(hold( up| water)?(?! (the|it|this|that|them|a)\b)|stand(?! in| for| by)( up)?|check out|add up(?! to)|"
+        r"ring true|survive)",
         r"falls? (apart|flat|down|short)|fell (apart|flat)|collapses?|crumbles?|breaks? down",
         r"off (base|the mark)|wide of the mark|misses the mark",
         r"nonsense|rubbish|baloney|bunk|bunkum|hogwash|balderdash|a lie|lies about",
