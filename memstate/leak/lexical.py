@@ -16,8 +16,13 @@ candidate is the reference answer (except the free-text span rule, which has no 
   entry", "#3", "entry number two", "choice II", "the one listed last"); in other languages too.
 - **Encodings** (``encoding_reason``): a candidate reversed, Caesar-shifted (ROT13 included), in base64 or hex,
   spelled out letter by letter, split across rules in quotes, or as an acrostic.
-- **Option text** (``option_reason``, choice instances): an option's text, most of a long option's content words,
-  "the X one" with a word of one option, or a pick-verb with a word only one option has.
+- **Option text** (``option_reason``, choice instances): an option's full text, unless quoted from a memory.
+
+What is not a verdict (round 4 of issue 54, each from legitimate states that were blocked): a quotation after a
+possessive ("the user's 'false' is not evidence"), the user's stance in any stance verb ("the user, citing her
+upbringing, holds the claim false"), a belief's evidential standing ("the belief is unsupported"), a verdict word
+being defined ("define 'true' as: …"), what evidence can do ("only findings support or refute"), an encoded form that
+does not start and end at word boundaries ("non sequitur" holds a Caesar shift of "guided").
 """
 
 from __future__ import annotations
@@ -130,21 +135,53 @@ _FOREIGN_OTHER = re.compile(
 _MENTION_BEFORE = re.compile(r"(says|said|claims|claimed|calls it|labels it|marks it|deems it|thinks it|word|words) $")
 
 
+# A verdict word said of a belief, not of the claim: "the fasting belief is irrelevant and unsupported".
+_BELIEF_SUBJECT = re.compile(
+    r"\b(belief|beliefs|view|views|stance|opinion|opinions|conviction|convictions|hunch|impression|anecdote|anecdotes|"
+    r"hearsay|feeling|intuition|certainty|confidence|assumption|assumptions)( \w+){0,2}? (is|are|was|were|seems?|"
+    r"looks?|remains?|stays?|sounds?)( \w+){0,3} $"
+)
+
+
+# What a belief can be called without a verdict on the claim: its evidential standing, not its truth ("the belief is
+# unsupported" is procedure; "the belief is mistaken" says the claim it holds is wrong).
+_EVIDENTIAL = re.compile(
+    r"(un(supported|founded|verified|confirmed|substantiated|proven|proved|corroborated)|baseless|groundless|"
+    r"without (merit|basis|foundation)|lacks? merit|has no merit)$"
+)
+
+
+def _of_belief(clause: str, m: re.Match) -> bool:
+    return bool(_EVIDENTIAL.match(m.group(0)) and _BELIEF_SUBJECT.search(clause[: m.start()]))
+
+
+# A verdict word being defined ("define 'true' here as: …", "'false' means …"): a mention, not a verdict.
+_DEFINED_BEFORE = re.compile(r"\b(define|defining|defines|definition of)( the word| the label)? $")
+_DEFINED_AFTER = re.compile(r"( here| below)? as$|( here)? (means|stands for|is defined)\b")
+_CARRIED_TO_CLAIM = _rx(
+    rf"(so|as|likewise|nor|neither) (is|does|was|are) {_CLAIM}|{_CLAIM} (too|as well|also|likewise)"
+)
+
+
 def _of_memory(clause: str, m: re.Match) -> bool:
     """A validity word said of a memory ("memories that still hold up", "F1 is accurate") or a memory's own word
     quoted ("F3's 'true'"): about that memory, not a verdict on the claim."""
     return bool(_VALIDITY_WORD.match(m.group(0)) and _MEMORY_BEFORE.search(clause[: m.start()]))
 
 
-def _verdicts(clause: str) -> list[tuple[str, int, str]]:
-    """(family, position, words) of every verdict in a normalized clause, answer-slot phrases taken out."""
+def _verdicts(clause: str, sentence: str = "") -> list[tuple[str, int, str]]:
+    """(family, position, words) of every verdict in a normalized clause (of normalized ``sentence``), answer-slot
+    phrases taken out."""
     clause = _SLOT.sub(lambda m: "_" * len(m.group(0)), clause)
+    of_belief = not _CARRIED_TO_CLAIM.search(sentence)  # "the belief is misguided, and so is the claim"
     found = []
     for fam, rx in _TRUTH.items():
         found += [
             (fam, m.start(), m.group(0))
             for m in rx.finditer(clause)
-            if not _MENTION_BEFORE.search(clause[: m.start()]) and (fam != "sup" or not _of_memory(clause, m))
+            if not (_MENTION_BEFORE.search(clause[: m.start()]) or of_belief and _of_belief(clause, m))
+            and not (_DEFINED_BEFORE.search(clause[: m.start()]) or _DEFINED_AFTER.match(clause[m.end() :]))
+            and (fam != "sup" or not _of_memory(clause, m))
         ]
     for fam, rx in (*_RELATION.items(), *_CLAIM_PREDICATE.items()):
         found += [(fam, m.start(), m.group(0)) for m in rx.finditer(clause) if not _PROCEDURE.match(clause)]
@@ -164,18 +201,28 @@ def _hypothetical(clause: str, position: int) -> bool:
 
 # The user's stance reported ("the user grew up there and disputes the claim", "the user is certain the claim is
 # true"): what the user holds, which the responder reads in the memories anyway, not a verdict on the claim.
+_STANCE_VERBS = (
+    "dispute doubt reject deny accept question argue maintain object insist swear bet agree disagree believe think "
+    "hold consider call deem regard reckon suspect vouch endorse trust distrust dismiss"
+).split()
+_STANCE_FORMS = {"think": "thinks|thought|thinking", "hold": "holds|held|holding",
+                 "swear": "swears|swore|sworn|swearing", "bet": "bets|betting", "vouch": "vouches|vouched|vouching",
+                 "deny": "denies|denied|denying",
+                 "agree": "agrees?|agreed|agreeing", "disagree": "disagrees?|disagreed|disagreeing"}  # fmt: skip
 _USER_STANCE = _rx(
-    r"(the |a |this |our )?(user|users|person|someone|people)( \w+){0,6}? (?P<verb>disputes?|disputed|doubts?|doubted|"
-    r"rejects?|rejected|denies|denied|accepts?|accepted|questions?|questioned|argues?|argued|maintains?|maintained|"
-    r"objects?|objected|insists?|insisted|swears?|swore|bets?|agrees?|agreed|disagrees?|disagreed|believes?|believed|"
-    r"thinks?|thought|((is|are|was|were|feels?|seems?) )?(certain|sure|convinced|confident|adamant|positive))"
+    r"(the |a |this |our )?(user|users|person|someone|people)( \w+){0,6}? (?P<verb>"
+    + "|".join(_STANCE_FORMS.get(v) or rf"{v}s?|{v.removesuffix('e')}(ed|ing)" for v in _STANCE_VERBS)
+    + r"|((is|are|was|were|feels?|seems?) )?(certain|sure|convinced|confident|adamant|positive))"
 )
 
 
-def _unasserted(clause: str, position: int) -> bool:
+def _unasserted(clause: str, position: int, before: str = "") -> bool:
     """A verdict at ``position`` is conceded, reported or said of what could be: see ``lexicon.UNASSERTED``; or it is
-    the user's stance reported (``_USER_STANCE``: the verdict comes at or after the stance verb)."""
-    if any(m.start("verb") <= position for m in _USER_STANCE.finditer(clause)):
+    the user's stance reported (``_USER_STANCE``: the verdict comes at or after a stance verb in its clause, whose
+    subject may stand in the clauses ``before`` it: "the user, citing her upbringing, holds the claim false")."""
+    offset = len(before) + 1 if before else 0
+    joined = f"{before} {clause}" if before else clause
+    if any(offset <= m.start("verb") <= offset + position for m in _USER_STANCE.finditer(joined)):
         return True
     for m in _UNASSERTED.finditer(clause):
         last = m.group(0).split()[-1]
@@ -255,6 +302,13 @@ _LABEL_NAMES = _rx(r"supported|refuted|not enough info")
 # Two labels offered as the only choices ("decide whether the claim is supported or refuted") rule the third out.
 _TWO_LABELS = _rx(r"(supported|refuted|not enough info) or (supported|refuted|not enough info)")
 _TRUTH_OR_FALSE = _rx(r"(true|right|correct|accurate) or (false|wrong|incorrect|inaccurate)")
+# "only study findings support or refute": what evidence can do, unless negated ("F1 does not support or refute it").
+_SUPPORT_OR_REFUTE = _rx(
+    r"(supports?|confirms?|proves?|backs?|verif(y|ies)) (it |the claim )?(or|and) (refutes?|contradicts?|denies|deny|"
+    r"disproves?|rebuts?|undermines?)"
+    r"|(refutes?|contradicts?|disproves?) (it |the claim )?(or|and) (supports?|confirms?)"
+)
+_PAIR_NEGATED = _rx(r"not|dont|doesnt|didnt|cannot|cant|never|no|nor|neither|without|nothing|fails?|unable|too")
 _POSSESSIVE = re.compile(rf"(?i)\b({lx.CLAIM_NOUNS.split('|(')[0]})['’]s\b")
 _NEGATED = _rx(r"not|dont|doesnt|isnt|never|no|nor|neither|without|nothing")
 _NEGATION_BEFORE = re.compile(r"(not|dont|doesnt|isnt|never|no|nor|neither|without)( (be|is|are|as|so))? $")
@@ -278,6 +332,31 @@ def _generic_or_order(whole: str) -> bool:
     return bool(_GENERIC_CLAIM.search(whole) or (_ORDER.search(whole) and _NEGATED.search(whole)))
 
 
+# A quotation after a possessive ("the user's 'false'", "F2's 'I've always held that … is false'"): someone else's
+# words, quoted to say how to read them, not the state's verdict. The closing single quote is one not followed by a
+# letter, so "I've" inside the quotation does not end it.
+_POSSESSIVE_QUOTE = re.compile(
+    r"\b\w+(['’]s|s['’])\s*(\"[^\"\n]{1,120}\"|“[^”\n]{1,120}”|‘[^’\n]{1,120}’(?!\w)|'(?:[^'\n]|'(?=\w)){1,120}'(?!\w))"
+)
+
+
+_TAKEN_UP = re.compile(
+    r"(?i)\b(answer|say|choose|pick|go with|output|reply|respond|use|take|adopt|follow|copy|repeat|echo|agree with|"
+    r"side with|return|write|give)( with| as| back)?( the| a)?( \w+)?\s*$"
+)
+
+
+def _attributed_quotes_blanked(text: str) -> str:
+    """``text`` with each possessive's quotation replaced by "_", unless it is taken up ("answer with F2's 'false'")."""
+
+    def blank(m: re.Match) -> str:
+        if _TAKEN_UP.search(text[: m.start()]):
+            return m.group(0)
+        return m.group(0)[: m.start(2) - m.start(0)] + '"_"'
+
+    return _POSSESSIVE_QUOTE.sub(blank, text)
+
+
 def label_reason(text: str) -> str | None:
     """Why a state names a verdict on a label instance (see the module docstring), or None.
 
@@ -299,6 +378,7 @@ def label_reason(text: str) -> str | None:
     """
     if _VERDICT_EMOJI.search(text):
         return "states a verdict with a symbol"
+    text = _attributed_quotes_blanked(text)
     named = {m[0] for m in _LABEL_NAMES.finditer(normalize(text))}
     for sentence in _sentences(text) if len(named) == 2 else ():
         whole = normalize(sentence)
@@ -311,11 +391,15 @@ def label_reason(text: str) -> str | None:
     for sentence in (seg for sent in sentences for seg in sent.split(";") if seg.strip()):
         whole = normalize(sentence)
         clauses = _clauses(sentence)
-        found = [(k, fam, pos, words) for k, clause in enumerate(clauses) for fam, pos, words in _verdicts(clause)]
+        found = [
+            (k, fam, pos, words) for k, clause in enumerate(clauses) for fam, pos, words in _verdicts(clause, whole)
+        ]
         # Labels offered as alternatives ("true or false", "supported, refuted and not enough info") name none of them;
         # a negated one among them ("supported, not refuted") is a verdict.
         names = [(k, pos) for k, _, pos, w in found if _LABEL_NAME.match(w)]
-        alternatives = (len(names) >= 2 or _TRUTH_OR_FALSE.search(whole)) and not any(
+        pair = _SUPPORT_OR_REFUTE.search(whole)
+        pair = pair and not _PAIR_NEGATED.search(whole[: pair.start()])
+        alternatives = (len(names) >= 2 or _TRUTH_OR_FALSE.search(whole) or pair) and not any(
             _NEGATION_BEFORE.search(clauses[k][:pos]) for k, pos in names
         )
         excluded = [(k, pos) for k, pos in names if _EXCLUDED.search(clauses[k][:pos])]
@@ -330,7 +414,8 @@ def label_reason(text: str) -> str | None:
         condition = asks or (_CONDITION.search(whole) and any(_LABEL_NAME.match(w) for _, _, _, w in found))
         for k, fam, pos, words in found:
             clause = clauses[k]
-            if _unasserted(clause, pos) and not _hypothetical(clause, pos) and not _ANSWER_IS.search(clause[:pos]):
+            stated = _hypothetical(clause, pos) or _ANSWER_IS.search(clause[:pos])
+            if not stated and _unasserted(clause, pos, " ".join(clauses[:k])):
                 continue
             if (
                 fam == "nei"
@@ -505,7 +590,7 @@ _ORDINAL = (
 _NUMBER = r"one|two|three|four|five|six|seven|eight|nine|ten|ii|iii|iv|vi|[1-9]"
 _POSITION = _rx(
     rf"({_ORDINAL})[ -]?(listed |placed |given |shown |offered )?({_SLOT3})"
-    rf"|({_SLOT3}) (number |no |nr |num |#)?({_NUMBER})"
+    rf"|({_SLOT3}) (number |no |nr |num |#)?({_NUMBER})(?! by one| at a time| after (the )?(an)?other)"
     rf"|(number|no|nr|num) ({_NUMBER}) (option|choice|answer)"
 )
 _FOREIGN_POSITION = _rx(
@@ -632,7 +717,6 @@ def encoding_reason(text: str, candidates: Sequence[str], letters: Sequence[str]
     norm = normalize(text)
     if m := _CIPHER.search(norm):
         return f"refers to an encoding: {m.group(0)!r}"
-    squashed = _letters(text)
     spaced = _spaced_candidates(candidates, norm)
     words = _words_of(candidates, 5)
     own_words = " ".join(f" {normalize(fold(c))} " for c in candidates)
@@ -649,9 +733,12 @@ def encoding_reason(text: str, candidates: Sequence[str], letters: Sequence[str]
         parts = normalize(fold(c)).split()
         if len(parts) >= 2 and "".join(p[0] for p in parts) in tokens:
             return f"abbreviates a candidate: {c!r}"
+    # an encoded form must start and end at word boundaries ("non sequitur" holds "nonseq", a shift of no word)
+    letter_tokens = [t for t in re.split(r"[^a-z]+", fold(text).lower()) if t]
+    runs = {"".join(letter_tokens[i:j]) for i in range(len(letter_tokens)) for j in range(i + 1, i + 5)}
     for word in words:
         for how, form in _encoded_forms(word):
-            if form in squashed:
+            if form in runs:
                 return f"encodes a candidate: {word!r} ({how})"
         for i in range(2, len(word) - 1):
             own = f" {word[:i]} {word[i:]} " in own_words  # the candidate's own two words ("second hand")
