@@ -23,6 +23,12 @@ possessive ("the user's 'false' is not evidence"), the user's stance in any stan
 upbringing, holds the claim false"), a belief's evidential standing ("the belief is unsupported"), a verdict word
 being defined ("define 'true' as: …"), what evidence can do ("only findings support or refute"), an encoded form that
 does not start and end at word boundaries ("non sequitur" holds a Caesar shift of "guided").
+
+Round 5: a plain truth word ("true", "wrong", "supported", "not enough", "uncertainty") is a verdict only where it is
+anchored to the claim or the answer (``_anchored``): the claim, "it", the user or the evidence its subject, an answer
+word before it, or nothing but adverbs around it ("So, refuted."). On two fresh legitimate sets the verdict check's
+precision was 0.48 and 0.50 before this: procedure says "a confident expert can be mistaken", and no list of
+exceptions kept up. Idioms ("the jury is still out") are verdicts anywhere; the rest is the answer-flow credit's.
 """
 
 from __future__ import annotations
@@ -203,7 +209,8 @@ def _hypothetical(clause: str, position: int) -> bool:
 # true"): what the user holds, which the responder reads in the memories anyway, not a verdict on the claim.
 _STANCE_VERBS = (
     "dispute doubt reject deny accept question argue maintain object insist swear bet agree disagree believe think "
-    "hold consider call deem regard reckon suspect vouch endorse trust distrust dismiss"
+    "hold consider call deem regard reckon suspect vouch endorse trust distrust dismiss assert contend declare affirm "
+    "claim"
 ).split()
 _STANCE_FORMS = {"think": "thinks|thought|thinking", "hold": "holds|held|holding",
                  "swear": "swears|swore|sworn|swearing", "bet": "bets|betting", "vouch": "vouches|vouched|vouching",
@@ -328,6 +335,9 @@ _ATTITUDE_DENIED = re.compile(r"\b(not|dont|never|no \w+ to|nothing to|without)(
 _ANSWER_IS = re.compile(r"\b(answer|verdict|label|result|response|reply|output)( is| should be| must be| will be)? $")
 
 
+_THERE_IS = re.compile(r"(^|\b)(there|theres)( is| s| remains| was)?( simply| just| still| really)? $")  # existential
+
+
 def _generic_or_order(whole: str) -> bool:
     return bool(_GENERIC_CLAIM.search(whole) or (_ORDER.search(whole) and _NEGATED.search(whole)))
 
@@ -355,6 +365,96 @@ def _attributed_quotes_blanked(text: str) -> str:
         return m.group(0)[: m.start(2) - m.start(0)] + '"_"'
 
     return _POSSESSIVE_QUOTE.sub(blank, text)
+
+
+_ADVERBS = (
+    r"(so|thus|hence|therefore|then|clearly|definitely|obviously|plainly|simply|surely|certainly|likely|probably|"
+    r"most likely|really|actually|indeed|in fact|overall|final|finally|verdict|label|answer|result|conclusion|"
+    r"bottom line|in short|i think|i d say|id say|we can say|all in all|on balance|ergo|yes|no)"
+)
+# The user or their belief as subject of a truth word ("the user is wrong", "the user's belief is mistaken"): the
+# belief memory says what the user holds, so this is a verdict on the claim.
+_USER_SUBJECT = re.compile(
+    r"(^|\b)(user|users|belief|beliefs|view|stance|conviction|opinion|premise)( \w+){0,3}? (is|are|was|were|s|seems?|"
+    r"looks?|proves?|turns out|got it|has it)( \w+){0,2}? $"
+)
+_ANCHOR = (
+    # the claim as subject ("the claim as stated is plainly false", "the claim turns out true")
+    _rx(
+        rf"{_CLAIM}( \w+){{0,4}}? (is|are|was|were|be|seems?|looks?|sounds?|remains?|stays?|stands?|proves?|comes out|"
+        rf"turns out|s|being|rings|holds|reads)( \w+){{0,3}}?( )?$"
+    ),
+    # the answer as subject or object ("answer supported", "the label is refuted", "mark it false", "go with false")
+    re.compile(
+        r"\b(answers?|answering|say|saying|choose|choosing|pick|picking|output|reply|respond|conclude|concluding|"
+        r"mark it|label it|call it|rate it|deem it|consider it|treat it as|go with|verdict|label|result|conclusion|"
+        r"response|decision|ruling|output)( is| should be| must be| will be| with| as| it as| that| here is| here)?"
+        r"( (the |this )?(claim|it) is)?( \w+)? $"
+    ),
+    _USER_SUBJECT,
+    # the claim as "it"/"this": "it is true", "this one holds"
+    re.compile(
+        r"(^|\b)(it|this|that)( one| claim| statement)?( really| clearly| simply| indeed| actually)? "
+        r"(is|s|seems|looks|sounds|holds|stands|proves|remains)( \w+){0,2}? $"
+    ),
+)
+# A label named as the subject of the answer ("not enough info is what F1 implies", "refuted it is").
+_TAIL_ANCHOR = re.compile(
+    r"^( info| information)? (is|remains|stays) (what|the (answer|verdict|label|result|call|outcome)|where|it)\b"
+    r"|^ it is$"
+)
+_VERB_VERDICT = re.compile(r"(refut|disprov|debunk|rebut|confirm|verif|prov|substantiat|corroborat|falsif)\w*")
+_EVIDENCE_SUBJECT = re.compile(
+    r"(^|\b)(evidence|memor(y|ies)|f\d+|facts?|sources?|stud(y|ies)|data|records?|excerpts?|entr(y|ies)|trial|text)"
+    r"( \w+){0,3}? $"
+)
+# A "not enough info" verdict is also said of the evidence or the memories ("the evidence is too thin to decide").
+_NEI_ANCHOR = re.compile(
+    r"(^|\b)(there|theres|evidence|memories|memory|facts?|sources?|records?|data|information|info|we|f\d+)( \w+){0,3}?"
+    r"( (is|are|was|were|remains?|stays?|seems?|looks?|gives?|provides?|offers?|has|have|s))?( \w+){0,2}? $"
+)
+
+
+# The truth words that procedure uses too ("a confident expert can be mistaken", "uncertainty should be resolved by
+# the evidence"): stated only where anchored. Idioms ("the jury is still out", "pants on fire") are verdicts anywhere.
+_PLAIN_VERDICT = re.compile(
+    r"(is |are |be |can be |its |s )?(not )?((un)?(supported|confirmed|verified|proven|proved|substantiated|"
+    r"corroborated|founded)|true|truth|truly so|false|falsely|falsehood|untrue|correct|correctness|incorrect\w*|"
+    r"accurate|inaccura\w+|"
+    r"right|rightly|wrong|wrongly|mistaken\w*|erroneous\w*|valid|invalid|refut\w*|rebut\w*|disprov\w*|debunk\w*|"
+    r"enough|uncertain\w*|unclear|unknown|undetermined|open|stay open|stays open|misguided|baseless|groundless|yes|no|"
+    r"cannot confirm|sound|legit|legitimate|solid|the case|fact|a fact|factual)"
+)
+_QUOTES = re.compile(r"[\"“”‘’«»]|(?<!\w)'|'(?!\w)")
+
+
+def _anchored(clause: str, pos: int, words: str, fam: str, sentence: str) -> bool:
+    """A verdict word is stated only of the claim or as the answer: the claim (or "it") its subject, an answer word
+    its subject or verb, or nothing but adverbs before it. Truth words anywhere else ("a confident expert can be
+    mistaken and can also be right", "the user's word 'accurate'") are left to the answer-flow credit: on fresh
+    legitimate sets, word rules could not tell them from procedure (round 5 of issue 54)."""
+    if _CLAIM_ANY.search(words) or not _PLAIN_VERDICT.fullmatch(words):
+        return True  # a relation, predicate or attitude with the claim in it; an idiom ("the jury is still out")
+    # the verdict alone in a clause of the sentence read without quotation marks, after adverbs at most ("so,
+    # refuted", "verdict: false", "clearly not supported"); a quoted word ('the word "false" in F2') is no clause
+    alone = re.compile(
+        rf"^({_ADVERBS} )*((it|this|that)( is|s)? |its |thats |is )?((not|definitely not|clearly not) )?"
+        rf"{re.escape(words)}( (info|information|evidence|data))?( to (tell|say|decide|go on|judge))?"
+        rf"( (indeed|then|here|too|again|really|it is|overall|obviously|clearly))?$"
+    )
+    if any(alone.match(c) for c in _clauses(_QUOTES.sub(" ", sentence))):
+        return True
+    head = clause[:pos]
+    copula = re.match(r"(is|are|was|were|be|s|its|seems?|looks?|proves?|sounds?) ", words)
+    heads = (head, head + copula.group(0)) if copula else (head,)  # "the user is right": "is right" is one truth word
+    if any(rx.search(h) for rx in _ANCHOR for h in heads) or _TAIL_ANCHOR.match(clause[pos + len(words) :]):
+        return True
+    generic_object = re.match(
+        r" (anything|everything|nothing|much|a claim|claims|any claim)\b", clause[pos + len(words) :]
+    )
+    if _VERB_VERDICT.match(words) and _EVIDENCE_SUBJECT.search(head) and not generic_object:
+        return True  # "the evidence disproves it", not "memories don't support or refute anything"
+    return fam == "nei" and bool(_NEI_ANCHOR.search(head))
 
 
 def label_reason(text: str) -> str | None:
@@ -414,7 +514,7 @@ def label_reason(text: str) -> str | None:
         condition = asks or (_CONDITION.search(whole) and any(_LABEL_NAME.match(w) for _, _, _, w in found))
         for k, fam, pos, words in found:
             clause = clauses[k]
-            stated = _hypothetical(clause, pos) or _ANSWER_IS.search(clause[:pos])
+            stated = _hypothetical(clause, pos) or _ANSWER_IS.search(clause[:pos]) or _THERE_IS.search(clause[:pos])
             if not stated and _unasserted(clause, pos, " ".join(clauses[:k])):
                 continue
             if (
@@ -428,7 +528,7 @@ def label_reason(text: str) -> str | None:
                 continue  # "the claim is not supported merely because the user lived there": a reason denied
             scoped = _SCOPE.search(" ".join([*clauses[:k], clause[:pos]]))
             asked = _hypothetical(clause, pos) or condition or scoped
-            if not asked:
+            if not asked and _anchored(clause, pos, words, fam, sentence):
                 return f"states a verdict: {words!r}"
             if (
                 _SELF_ANSWER.search(clause[pos:])
@@ -561,11 +661,18 @@ def letter_reason(text: str, letters: Sequence[str]) -> str | None:
                 continue  # the article "a"/"A" or the pronoun "I" before a word
             if _BY_ITS_PLACE.match(rest) and _NEGATED.search(normalize(before[before.rfind(".") + 1 :])):
                 continue  # "don't take A because it's first": a caution about the order, not a pick
+            if _NOT_FOR_ITS_PLACE.match(rest):
+                continue
             return f"names option letter {letter}: {m.group(0).strip()!r}"
     return None
 
 
 _BY_ITS_PLACE = re.compile(r"(?i)\s+because (?:it is|it['’]s|its|it comes|it sits) (?:first|last|listed|at the|on top)")
+# "D isn't favoured for being last": a caution about the order, negated in itself
+_NOT_FOR_ITS_PLACE = re.compile(
+    r"(?i)\s+(?:isn['’]?t|is not|is never|is no)\s+(?:\w+\s+)?(?:favou?red|preferred|likelier|better|special|right|"
+    r"wrong|more likely)\s+(?:for|by|because of)\s+(?:being|coming|sitting|its place|its position)\b"
+)
 
 
 def _all_letters_blanked(text: str, letters: Sequence[str]) -> str:
@@ -574,7 +681,13 @@ def _all_letters_blanked(text: str, letters: Sequence[str]) -> str:
     first, last = letters[0], letters[-1]
     full_range = rf"\b{first}\s*(?:through|thru|to|until|till|-|–|—|…|\.\.\.?)\s*{last}\b"
     full_list = r"\b" + r"\s*(?:,|/|and|or|&|,\s*and|,\s*or)\s*".join(letters) + r"\b"
-    return re.sub(rf"{full_range}|{full_list}", lambda m: " " * len(m.group(0)), text)
+    one = "|".join(letters)
+    # two letters said to be no better than each other ("B is no better than C"): neither is picked
+    compared = (
+        rf"\b(?:{one})\s+(?:is|are)\s+(?:no|not|n[o']t|never)\s+(?:better|worse|likelier|more likely|less likely|"
+        rf"more|less)\b[^.\n]{{0,20}}?\bthan\s+(?:{one})\b"
+    )
+    return re.sub(rf"{full_range}|{full_list}|{compared}", lambda m: " " * len(m.group(0)), text)
 
 
 # ---- positions -------------------------------------------------------------------------------------------------------
@@ -595,7 +708,7 @@ _POSITION = _rx(
 )
 _FOREIGN_POSITION = _rx(
     rf"({lx.FOREIGN_ORDINALS}) ?({lx.FOREIGN_OPTION_NOUNS})|({lx.FOREIGN_OPTION_NOUNS}) ?"
-    rf"({lx.FOREIGN_ORDINALS}|[a-j]|[1-9])"
+    rf"({lx.FOREIGN_ORDINALS}|[b-j]|a(?! \w)|[1-9])"  # "give the options a prior": English "a" is an article
 )
 _FOREIGN_CHOICE = _rx(lx.FOREIGN_CHOICE_VERBS)
 _FOREIGN_POSITION_CJK = re.compile(
