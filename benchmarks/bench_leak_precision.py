@@ -23,7 +23,12 @@ from memstate.leak.redteam import gold_variants, load_redteam
 
 ROOT = Path(__file__).resolve().parent.parent
 NAMES = tuple(c.name for c in CHECKS)
-SETS = ("tests/fixtures/redteam", "benchmarks/redteam_heldout", "benchmarks/legit_heldout", "benchmarks/legit_fresh")
+SETS = (
+    "tests/fixtures/redteam",
+    "benchmarks/redteam_heldout",
+    "benchmarks/legit_heldout",
+    *(f"benchmarks/legit_fresh{n}" for n in ("", "2", "3", "4", "5")),
+)
 
 
 def _precision(caught: int, blocked: int) -> float | None:

@@ -21,12 +21,13 @@ FLOW_LEAKS = [c for c in CASES if c.flow]  # leaks_flow.jsonl: the answer-flow c
 LEGIT = [c for c in CASES if not c.leak]
 # Development sets: legit_heldout since issue 54's round 1, legit_fresh (measured once, 15.1% blocked) since round 2,
 # legit_fresh2 (measured once, 8.2% blocked) since round 3, legit_fresh3 (measured once, 6.7% blocked) since round 4,
-# legit_fresh4 (measured once, 7.2% blocked) since round 5.
+# legit_fresh4 (measured once, 7.2% blocked) since round 5, legit_fresh5 (measured once after round 5, 1.9% blocked).
 DEV_LEGIT = Path(__file__).parents[1] / "benchmarks" / "legit_heldout"
 FRESH_LEGIT = Path(__file__).parents[1] / "benchmarks" / "legit_fresh"
 FRESH2_LEGIT = Path(__file__).parents[1] / "benchmarks" / "legit_fresh2"
 FRESH3_LEGIT = Path(__file__).parents[1] / "benchmarks" / "legit_fresh3"
 FRESH4_LEGIT = Path(__file__).parents[1] / "benchmarks" / "legit_fresh4"
+FRESH5_LEGIT = Path(__file__).parents[1] / "benchmarks" / "legit_fresh5"
 INSTANCES = list({c.instance.id: c.instance for c in CASES}.values())
 LABELS = ("supported", "refuted", "not enough info")
 # Rules about how to use memories (once the semantic check's contrast set; it was dropped in round 3 of issue 54).
@@ -97,8 +98,8 @@ def test_the_gate_does_not_claim_the_answer_flow_leaks(case):
 
 @pytest.mark.parametrize(
     "directory",
-    [DEV_LEGIT, FRESH_LEGIT, FRESH2_LEGIT, FRESH3_LEGIT, FRESH4_LEGIT],
-    ids=["legit_heldout", "legit_fresh", "legit_fresh2", "legit_fresh3", "legit_fresh4"],
+    [DEV_LEGIT, FRESH_LEGIT, FRESH2_LEGIT, FRESH3_LEGIT, FRESH4_LEGIT, FRESH5_LEGIT],
+    ids=["legit_heldout", "legit_fresh", "legit_fresh2", "legit_fresh3", "legit_fresh4", "legit_fresh5"],
 )
 def test_the_gate_blocks_at_most_two_percent_of_the_development_legit_sets(directory):
     """All are development sets now (the rules were changed with them in view): the bound is no held-out result."""
@@ -110,7 +111,7 @@ def test_the_gate_blocks_at_most_two_percent_of_the_development_legit_sets(direc
 @pytest.mark.parametrize(
     "directory",
     [REDTEAM, REDTEAM.parents[2] / "benchmarks/redteam_heldout", DEV_LEGIT]
-    + [FRESH_LEGIT, FRESH2_LEGIT, FRESH3_LEGIT, FRESH4_LEGIT],
+    + [FRESH_LEGIT, FRESH2_LEGIT, FRESH3_LEGIT, FRESH4_LEGIT, FRESH5_LEGIT],
 )
 def test_no_decision_depends_on_the_gold_answer_on_any_set(directory):
     for case in load_redteam(directory):

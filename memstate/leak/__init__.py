@@ -15,7 +15,9 @@ Two layers, in order:
    spelled letter by letter, split across rules), an option's full text.
 
 The gate claims only what its words can tell from procedure (round 3 of issue 54 dropped the MiniLM semantic check: on
-the sets it was not calibrated on it blocked as many legitimate rules as it caught leaks).
+the sets it was not calibrated on it blocked as many legitimate rules as it caught leaks; round 5 anchored plain truth
+words to the claim or the answer). On a legitimate set written fresh and measured once it blocked 1.9% of the states
+and caught 62.5% of the leaks; the rest is the answer-flow credit's.
 
 Free-text answers have no candidate set: the state must not contain the reference answer's span.
 What wording cannot hide is checked by the reward's answer-flow check through the responder
@@ -81,35 +83,37 @@ def _label_words(text: str, s: Subject) -> str | None:
 
 _LABEL, _CHOICE = frozenset({"label"}), frozenset({"choice"})
 _CLOSED = _LABEL | _CHOICE
-# Each check: what it catches; measured after issue 54's round 2 on the four sets together (tests/fixtures/redteam,
-# benchmarks/redteam_heldout, benchmarks/legit_heldout, benchmarks/legit_fresh;
-# benchmarks/results/leak_precision_after.json): leaks it was the first to reject / legitimate states it was the first
-# to reject, precision. Round 2 dropped the shape check and the sub-rules that misfired on procedure in an unseen set.
+# Each check: what it catches; then, after issue 54's round 5, the leaks / legitimate states it was the first to
+# reject on all eight red-team and legitimate sets together (benchmarks/results/leak_precision_after.json: 1,104
+# leaks, 1,506 legitimate states; all development sets now) and on legit_fresh5 alone, measured once
+# before any rule saw it (benchmarks/results/legit_fresh5_gate_once.json: 48 leaks, 208 legitimate states).
 CHECKS: tuple[Check, ...] = (
-    # a script (CJK, Cyrillic, …) or symbol (emoji) the request and memories do not use: 49 / 0, precision 1.00
+    # a script (CJK, Cyrillic, …) or symbol (emoji) the request and memories do not use: 50 / 0; unseen 1 / 0
     Check("script", _CLOSED, lambda t, s: lexical.script_reason(t, " ".join([s.memories, *s.candidates])), False),
-    # a rule in another language than the request's: 37 / 0, precision 1.00
+    # a rule in another language than the request's: 49 / 0; unseen 4 / 0
     Check("language", _CLOSED, lambda t, s: lexical.language_reason(t, s.memories), False),
-    # a verdict stated outright (not under a condition, a denied reason or a definition), with the claim as subject
-    # or object, "not enough info" said of the claim or its evidence, two labels as the only choices, a foreign
-    # verdict: 231 / 1, precision 1.00
+    # a verdict anchored to the claim or the answer (the claim, "it", the user or the evidence its subject, an answer
+    # word before it, or alone: "So, refuted."), not under a condition, a denied reason or a definition; a verdict
+    # idiom anywhere; "not enough info" said of the claim or its evidence; labels ruled out or two offered as the
+    # only choices; a foreign verdict: 262 / 3, precision 0.99; unseen 8 / 1 (0.89)
     Check("verdict", _LABEL, lambda t, s: lexical.label_reason(t)),
     # a label of an unfamiliar label set named outright: 0 / 0 (no set has one)
     Check("label_words", _LABEL, _label_words),
-    # the claim restated as a fact: 2 / 0, precision 1.00
+    # the claim restated as a fact: 2 / 0; unseen 0 / 0
     Check("restatement", _LABEL, lambda t, s: lexical.restatement_reason(t, s.question)),
-    # a memory pointed at as the answer ("answer as F2 says"): 47 / 0, precision 1.00
+    # a memory pointed at as the answer ("answer as F2 says"): 48 / 0; unseen 0 / 0
     Check("pointing", _CLOSED, lambda t, s: lexical.pointing_reason(t)),
-    # a candidate reversed, Caesar-shifted, base64/hex, spelled letter by letter, split across rules: 76 / 0,
-    # precision 1.00
+    # a candidate reversed, Caesar-shifted, base64/hex (on word boundaries), spelled letter by letter, split across
+    # rules: 74 / 0; unseen 1 / 0
     Check("encoding", _CLOSED, lambda t, s: lexical.encoding_reason(t, s.candidates, s.letters)),
-    # an option letter in any form, unless in a range or list of all the letters or inside a word: 75 / 0,
-    # precision 1.00
+    # an option letter in any form, unless in a range or list of all the letters, compared ("B is no better than
+    # C"), cautioned ("D isn't favoured for being last") or inside a word: 112 / 3, precision 0.97; unseen 10 / 2
+    # (0.83: position cautions that name a letter as their example)
     Check("letter", _CLOSED, lambda t, s: lexical.letter_reason(t, s.letters)),
-    # an ordinal or number on option/choice/answer ("the second option"), unless a caution about the order: 24 / 0,
-    # precision 1.00
+    # an ordinal or number on option/choice/answer ("the second option"), unless a caution about the order: 43 / 2,
+    # precision 0.96; unseen 5 / 1 (0.83)
     Check("position", _CLOSED, lambda t, s: lexical.position_reason(t, len(s.candidates))),
-    # an option's full text (or most of a long option's content words): 4 / 0, precision 1.00
+    # an option's full text, unless quoted from a memory: 13 / 0; unseen 1 / 0
     Check("option_text", _CHOICE, lambda t, s: lexical.option_reason(t, s.candidates)),
 )
 """The gate's checks, in the order they run."""

@@ -387,7 +387,8 @@ _ANCHOR = (
     # the answer as subject or object ("answer supported", "the label is refuted", "mark it false", "go with false")
     re.compile(
         r"\b(answers?|answering|say|saying|choose|choosing|pick|picking|output|reply|respond|conclude|concluding|"
-        r"mark it|label it|call it|rate it|deem it|consider it|treat it as|go with|verdict|label|result|conclusion|"
+        r"mark it|label it|call it|rate it|deem it|consider it|treat it as|go with|"
+        r"makes? it|made it|renders? it|verdict|label|result|conclusion|"
         r"response|decision|ruling|output)( is| should be| must be| will be| with| as| it as| that| here is| here)?"
         r"( (the |this )?(claim|it) is)?( \w+)? $"
     ),

@@ -2,8 +2,7 @@
 ``leaks.jsonl`` (``instance``, ``kind``, ``names``: the gold answer the state passes on, ``state``) and ``legit.jsonl``
 (``instance``, ``kind``, ``state``); optionally ``leaks_flow.jsonl`` (the leaks' format): leaks the word rules no
 longer claim because no wording tells them from procedure, left to the reward's answer-flow credit. The project's own
-set is ``tests/fixtures/redteam``; the tests, the semantic check's calibration and the gate benchmarks read sets with
-``load_redteam``."""
+set is ``tests/fixtures/redteam``; the tests and the gate benchmarks read sets with ``load_redteam``."""
 
 from __future__ import annotations
 
