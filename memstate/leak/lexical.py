@@ -429,6 +429,12 @@ _PLAIN_VERDICT = re.compile(
 _QUOTES = re.compile(r"[\"“”‘’«»]|(?<!\w)'|'(?!\w)")
 
 
+@lru_cache(maxsize=1024)
+def _unquoted_clauses(sentence: str) -> tuple[str, ...]:
+    """The sentence's clauses read without quotation marks (once per sentence, not once per verdict in it)."""
+    return tuple(_clauses(_QUOTES.sub(" ", sentence)))
+
+
 def _anchored(clause: str, pos: int, words: str, fam: str, sentence: str) -> bool:
     """A verdict word is stated only of the claim or as the answer: the claim (or "it") its subject, an answer word
     its subject or verb, or nothing but adverbs before it. Truth words anywhere else ("a confident expert can be
@@ -443,7 +449,7 @@ def _anchored(clause: str, pos: int, words: str, fam: str, sentence: str) -> boo
         rf"{re.escape(words)}( (info|information|evidence|data))?( to (tell|say|decide|go on|judge))?"
         rf"( (indeed|then|here|too|again|really|it is|overall|obviously|clearly))?$"
     )
-    if any(alone.match(c) for c in _clauses(_QUOTES.sub(" ", sentence))):
+    if any(alone.match(c) for c in _unquoted_clauses(sentence)):
         return True
     head = clause[:pos]
     copula = re.match(r"(is|are|was|were|be|s|its|seems?|looks?|proves?|sounds?) ", words)
