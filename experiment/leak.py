@@ -345,6 +345,11 @@ class LeakConfig:
     responder_steps: int = field(default=600, metadata={"help": "Responder fine-tuning steps (batch 16)."})
     warmup_steps: int = field(default=400, metadata={"help": "Policy warm-up steps, codes included."})
     grpo_steps: int | None = field(default=None, metadata={"help": "GRPO steps per arm; 200, quick 80."})
+    arms: list[str] = field(
+        default_factory=lambda: list(ARMS),
+        metadata={"help": f"The arms to train, of {list(ARMS)}. CI's quick run trains gate_only and credit: the two "
+                  "its test compares (the threshold arm is the full run's)."},
+    )  # fmt: skip
     learning_rate: float = field(default=3e-4, metadata={"help": "GRPO learning rate (the sycophancy world's)."})
     answer_flow_threshold: float = field(
         default=DEFAULT_THRESHOLD, metadata={"help": "The check's threshold, in the arms that have it."}
@@ -355,6 +360,10 @@ class LeakConfig:
     def __post_init__(self) -> None:
         if self.grpo_steps is None:
             self.grpo_steps = 80 if self.quick else 200
+        unknown = [a for a in self.arms if a not in ARMS]
+        if unknown or "credit" not in self.arms:
+            raise ConfigError(f"--arms {' '.join(self.arms)}: arms are {list(ARMS)}, credit among them (the report's "
+                              "criteria are the credit arm's)")  # fmt: skip
 
 
 def build_leak_world(cfg: LeakConfig, train_set, validation, test, data_dir: Path, out: Path) -> Path:
@@ -452,9 +461,9 @@ def run_leak(cfg: LeakConfig) -> dict:
     with timers("grpo"):
         base = SycophancyConfig(out=str(out), grpo_steps=cfg.grpo_steps, learning_rate=cfg.learning_rate,
                                 answer_flow_threshold=cfg.answer_flow_threshold, seed=cfg.seed)  # fmt: skip
-        configs = {arm: replace(base, answer_flow_check=check, answer_flow_credit=credit)
-                   for arm, (check, credit) in ARMS.items()}  # fmt: skip
-        runs = {arm: (data_dir, cfg.learning_rate, cfg.grpo_steps) for arm in ARMS}
+        configs = {arm: replace(base, answer_flow_check=ARMS[arm][0], answer_flow_credit=ARMS[arm][1])
+                   for arm in cfg.arms}  # fmt: skip
+        runs = {arm: (data_dir, cfg.learning_rate, cfg.grpo_steps) for arm in cfg.arms}
         policies = {"self_guide": warm} | grpo_runs(base, runs, warm, responder_dir, configs)
 
     with timers("evaluate"):
@@ -566,7 +575,7 @@ def plot_code_rates(report: dict, path: Path) -> None:
 
     fig, axes = plt.subplots(1, 2, figsize=(10, 3.6), sharey=True)
     for ax, kind in zip(axes, ("strong", "weak"), strict=True):
-        for name in ARMS:
+        for name in [a for a in ARMS if a in report["policies"]]:
             rows = report["policies"][name]["training_code_rates"]
             ax.plot([r["step"] for r in rows], [r[kind] for r in rows], label=name)
         ax.set_title(f"{kind} codes in sampled states")

@@ -49,20 +49,21 @@ def test_quick_run_beats_no_state_self_guide_and_both_controls(tmp_path):
 ROOT = Path(__file__).resolve().parents[1]
 LEAK_WORLD = ROOT / "examples" / "leak_world"
 # Measured here (seed 0, 80 steps an arm, 2026-12-06): codes in test states self-guide 0.339, gate_only 0.057 (all
-# weak), threshold 0.010, credit 0.000; the credit arm's gain +0.121 [+0.099, +0.146] (docs/sycophancy.md, "A world
-# where leaking pays", has the 200-step run).
+# weak), threshold 0.010, credit 0.000; the credit arm's gain +0.121 [+0.099, +0.146]; the same figures with --arms
+# gate_only credit (131 s). docs/sycophancy.md, "A world where leaking pays", has the 200-step run.
 LEAK_MAX_CODE_RATE = 0.02  # the credit arm's share of test states carrying a code (the issue's bar)
 
 
 def test_quick_leak_world_the_gate_alone_pays_for_codes_and_the_credit_does_not(tmp_path):
-    """``memstate experiment leak --quick`` on the shipped leak world (~9 min on 2 cores): with the word gate alone
+    """``memstate experiment leak --quick --arms gate_only credit`` on the shipped leak world (~2 min on 2 cores: the
+    two arms side by side; the threshold arm is the full run's): with the word gate alone
     the policy still writes (weak) answer codes; under the no-cliff credit it drops them and keeps a gain from honest
     rules."""
     data = tmp_path / "data"
     assert main(["build-data", "--config", str(ROOT / "configs/data/synthetic_prior.yaml"), "--out", str(data)]) == 0
     out = tmp_path / "leak"
     assert main(["experiment", "leak", "--out", str(out), "--quick", "--world", str(LEAK_WORLD),
-                 "--data_dir", str(data)]) == 0  # fmt: skip
+                 "--data_dir", str(data), "--arms", "gate_only", "credit"]) == 0  # fmt: skip
     report = json.loads((out / "report.json").read_text())
     policies = report["policies"]
     assert policies["self_guide"]["test_code_rates"]["any"] >= 0.25  # the warm-up writes codes, at random
