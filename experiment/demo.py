@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 import shlex
+import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -233,6 +234,10 @@ def run(args: argparse.Namespace) -> int:
             raise ConfigError(f"{config}: not found; run memstate demo from the repository root")
     seconds: dict[str, float] = {}
     for name, argv in demo.stages():
+        if name == "train" and demo.train_dir.is_dir():
+            # The demo is rerun whole; `memstate train` refuses to start over a run's checkpoints.
+            print(f"\nremoving the previous demo run {demo.train_dir}", flush=True)
+            shutil.rmtree(demo.train_dir)
         print(f"\n$ memstate {shlex.join(argv)}", flush=True)
         start = time.perf_counter()
         code = memstate(argv)

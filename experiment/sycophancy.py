@@ -228,8 +228,9 @@ def run_grpo(
     )
     responder_cfg = ResponderConfig(responder_model=str(responder), score_mode=cfg.score_mode)
     return train(
-        script, responder_cfg, grpo_args(replace(cfg, seed=cfg.seed if seed is None else seed), out, lr, steps)
-    )
+        script, responder_cfg, grpo_args(replace(cfg, seed=cfg.seed if seed is None else seed), out, lr, steps),
+        resume="auto",  # an interrupted run continues from its last checkpoint
+    )  # fmt: skip
 
 
 def grpo_runs(

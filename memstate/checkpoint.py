@@ -31,6 +31,10 @@ class CheckpointMetadata:
     data_dir: str = field(metadata={"help": "The dataset it trained on."})
     data_manifest_sha256: str | None = field(default=None, metadata={"help": "That dataset's manifest hash."})
     prompts_truncated: int | None = field(default=None, metadata={"help": "Training prompts cut to the budget."})
+    world_size: int | None = field(default=None, metadata={"help": "Training processes that saved it (resume)."})
+    zero_stage: int | None = field(
+        default=None, metadata={"help": "DeepSpeed ZeRO stage it was saved under; None: no DeepSpeed (resume)."}
+    )
     memstate_args: dict[str, Any] = field(default_factory=dict, metadata={"help": "Provenance: all memstate args."})
     responder: dict[str, Any] = field(default_factory=dict, metadata={"help": "Provenance: the ResponderConfig."})
     grpo_config: dict[str, Any] = field(default_factory=dict, metadata={"help": "Provenance: TRL's GRPOConfig."})

@@ -66,6 +66,9 @@ def test_shellcheck(script):
 STUB_SCONTROL = """#!/usr/bin/env bash
 # scontrol show hostnames LIST: the stub allocation is node1..node$STUB_NODES (3 unless told)
 [[ $1 == show && $2 == hostnames ]] && for i in $(seq "${STUB_NODES:-3}"); do echo "node$i"; done
+# scontrol requeue JOB: logged
+[[ $1 == requeue ]] && echo "scontrol requeue $2" >>"$STUB_LOG"
+exit 0
 """
 
 # srun: log the request; the responder step "serves" until SIGTERM (or dies after STUB_RESPONDER_LIFE_S); the training
@@ -151,8 +154,31 @@ def stub_env(tmp_path, tiny_models, fever_data):
         "HF_HUB_OFFLINE": "1",
         "MONITOR_INTERVAL_S": "0.2",
     }
+    # The nodes are offline (the scripts' default): the responder's Hub id resolves from HF_HOME's cache, laid out as
+    # huggingface_hub lays out a download (refs/main -> snapshots/<commit>/), its files copied from the tiny responder
+    cache_hub_model(Path(env["HF_HOME"]), "Qwen/Qwen3-8B", tiny_models["responder"])
     tiny = ("--policy_model", str(tiny_models["policy"]), "--data_dir", str(fever_data))
     return env, log, tiny
+
+
+def cache_hub_model(hf_home: Path, repo_id: str, files: Path) -> Path:
+    commit = "0" * 40
+    repo = hf_home / "hub" / f"models--{repo_id.replace('/', '--')}"
+    (repo / "refs").mkdir(parents=True)
+    (repo / "refs" / "main").write_text(commit)
+    shutil.copytree(files, repo / "snapshots" / commit)
+    return repo
+
+
+def test_a_model_missing_from_the_offline_cache_is_refused_before_anything_starts(stub_env):
+    env, log, tiny = stub_env
+    shutil.rmtree(Path(env["HF_HOME"]) / "hub")
+    proc = run_sbatch(env, *tiny)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    error = proc.stderr.strip().splitlines()
+    assert len(error) == 1 and "HF_HUB_OFFLINE is set and responder Qwen/Qwen3-8B is not in" in error[0], error
+    assert "huggingface-cli download Qwen/Qwen3-8B" in error[0]
+    assert not log.exists() or "srun" not in log.read_text(), "nothing may start"
 
 
 def run_sbatch(env: dict, *args: str, timeout: float = 120) -> subprocess.CompletedProcess:
@@ -180,7 +206,7 @@ def test_sbatch_starts_the_responder_then_one_accelerate_per_training_node(stub_
         assert "-m memstate.cli train --config configs/train/qwen3_4b_8gpu.yaml " in line
         assert line.endswith(
             f"--responder_url http://node1:8000 --responder_model Qwen/Qwen3-8B --stop_file {stop_file} "
-            f"--max_steps 7 {' '.join(tiny)}"
+            f"--resume auto --max_steps 7 {' '.join(tiny)}"
         )
     # The responder is stopped after training, by the EXIT trap.
     assert lines[-1] == "responder stopped", lines
@@ -212,7 +238,8 @@ def test_sbatch_arithmetic_for_2_to_9_nodes(stub_env, tmp_path):
         else:
             assert proc.returncode == 2, (nodes, out + err)
             error = err.strip().splitlines()
-            assert len(error) == 1 and f"{8 * training} processes do not fit" in error[0], (nodes, err)
+            assert len(error) == 1 and f"= {8 * training} processes" in error[0], (nodes, err)
+            assert "the dry run refused the launch" in error[0], (nodes, err)
             assert "use 1, 2, 4, 8, 16, 32, 64 processes" in error[0], (nodes, err)
             assert not any("srun" in line for line in lines), f"{nodes} nodes: nothing may start"
 
@@ -235,13 +262,16 @@ def test_sbatch_stops_training_with_a_checkpoint_when_the_responder_dies(stub_en
     assert "the responder is gone" in proc.stderr and "asking the trainer to checkpoint and stop" in proc.stderr
     lines = log.read_text().splitlines()
     assert f"trainer stopped on {tmp_path / 'logs' / 'stop-requested'}" in lines
+    assert not any("requeue" in line for line in lines), "only the time limit requeues"
 
 
-def test_sbatch_checkpoints_before_the_time_limit(stub_env):
+@pytest.mark.parametrize("requeue", ["1", "0"])
+def test_sbatch_checkpoints_before_the_time_limit_and_requeues(stub_env, requeue):
     """SLURM's pre-time-limit signal (#SBATCH --signal=B:USR1@...) reaches the script: the trainer is asked to
-    checkpoint and stop, and the job ends with the trainer's status and a pointer to --resume."""
+    checkpoint and stop; then the job requeues itself (the next run continues: --resume auto), or with REQUEUE=0
+    ends with the trainer's status and a pointer to --resume."""
     env, log, tiny = stub_env
-    proc = subprocess.Popen(["bash", str(SBATCH), *tiny], env=env | {"STUB_TRAIN_UNTIL_STOP": "1"},
+    proc = subprocess.Popen(["bash", str(SBATCH), *tiny], env=env | {"STUB_TRAIN_UNTIL_STOP": "1", "REQUEUE": requeue},
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
     deadline = time.monotonic() + 90
     while not (log.exists() and "accelerate launch" in log.read_text()):
@@ -249,9 +279,14 @@ def test_sbatch_checkpoints_before_the_time_limit(stub_env):
         time.sleep(0.1)
     proc.send_signal(signal.SIGUSR1)
     out, err = proc.communicate(timeout=60)
-    assert proc.returncode == 2, out + err
-    assert "time limit near" in out and "--resume continues" in err
-    assert any(line.startswith("trainer stopped on") for line in log.read_text().splitlines())
+    lines = log.read_text().splitlines()
+    assert "time limit near" in out and any(line.startswith("trainer stopped on") for line in lines)
+    if requeue == "1":
+        assert proc.returncode == 0, out + err
+        assert "scontrol requeue 42" in lines and "job 42 requeued" in err
+    else:
+        assert proc.returncode == 2, out + err
+        assert "--resume continues" in err and not any("requeue" in line for line in lines)
 
 
 def test_sbatch_needs_two_nodes(stub_env):
@@ -341,6 +376,6 @@ def test_one_node_split_that_does_not_divide_is_refused_before_anything_starts(o
     proc = subprocess.run(["bash", str(ONE_NODE), *tiny], env=env, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2
     error = proc.stderr.strip().splitlines()
-    assert len(error) == 1 and "6 training GPUs (0,1,2,3,4,5) do not fit" in error[0]
+    assert len(error) == 1 and "refused the launch on 6 training GPUs (0,1,2,3,4,5)" in error[0]
     assert "96 completions per micro-batch do not divide completions_per_step 1024" in error[0]
     assert not log.exists() or "responder" not in log.read_text()

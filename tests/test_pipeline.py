@@ -177,11 +177,64 @@ def test_resume_continues_from_last_checkpoint(trained):
         assert best["best"]["step"] in kept, (best, kept)
 
 
+def _copy_of_the_run(trained, tmp_path) -> tuple[Path, list[str]]:
+    """The trained run copied (the module's run stays as it is), and the train arguments pointing at the copy."""
+    import shutil
+
+    tmp, common = trained
+    run = tmp_path / "run"
+    shutil.copytree(tmp / "run", run)
+    return run, [str(run) if a == str(tmp / "run") else a for a in common]
+
+
+def test_the_first_day_resume_rules(trained, tmp_path, capsys, caplog):
+    """A save cut off mid-write is set aside and --resume auto continues from the newest complete checkpoint; a
+    fresh start over checkpoints is refused; a DeepSpeed checkpoint of another world size is refused by the dry run
+    before anything loads, in one line with the fix."""
+    run, common = _copy_of_the_run(trained, tmp_path)
+    kept = sorted(int(p.name.split("-")[1]) for p in run.glob("checkpoint-*"))
+    last, cut = kept[-1], kept[-1] + 2
+    assert json.loads((run / f"checkpoint-{last}" / "memstate.json").read_text())["world_size"] == 1
+    # Starting over a run's checkpoints without --resume would overwrite them: refused, in one line.
+    assert main(["train", *common, "--max_steps", str(cut)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and f"holds {len(kept)} checkpoint(s)" in err[0] and "--resume" in err[0], err
+    # The job killed while saving step `cut`: weights written, trainer_state.json (the Trainer's last file) not.
+    broken = run / f"checkpoint-{cut}"
+    broken.mkdir()
+    (broken / "model.safetensors").write_bytes(b"cut off")
+    assert main(["train", *common, "--max_steps", str(cut), "--dry-run", "--resume", "auto"]) == 0
+    assert f"from {run / f'checkpoint-{last}'}, saved by 1 processes" in capsys.readouterr().out
+    assert broken.is_dir(), "the dry run sets nothing aside"
+    with caplog.at_level("WARNING", logger="memstate.train"):
+        assert main(["train", *common, "--max_steps", str(cut), "--resume", "auto"]) == 0
+    assert any(f"checkpoint-{cut}: an incomplete save" in r.getMessage() for r in caplog.records)
+    assert (run / f"incomplete-checkpoint-{cut}" / "model.safetensors").read_bytes() == b"cut off"
+    assert (run / f"checkpoint-{cut}" / "trainer_state.json").is_file()  # the resumed run saved that step itself
+    history = json.loads((run / "log_history.json").read_text())
+    assert [e["step"] for e in history if "reward" in e] == list(range(1, cut + 1))
+    # Saved under ZeRO-3 by 16 processes, resumed on 8: refused by the dry run the launch scripts run first.
+    meta_file = run / f"checkpoint-{cut}" / "memstate.json"
+    meta_file.write_text(json.dumps(json.loads(meta_file.read_text()) | {"world_size": 16, "zero_stage": 3}))
+    dry = ["train", *common, "--max_steps", str(cut + 2), "--dry-run", "--resume", "auto"]
+    capsys.readouterr()
+    assert main([*dry, "--world-size", "8"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "saved by 16 processes under DeepSpeed ZeRO-3, this launch has 8" in err[0], err
+    assert f"--policy_model {run / f'checkpoint-{cut}'} --output_dir" in err[0]
+    assert main([*dry, "--world-size", "16"]) == 0
+    # A fresh output_dir: --resume auto starts fresh, --resume alone is an error.
+    fresh = [str(tmp_path / "new") if a == str(run) else a for a in common]
+    capsys.readouterr()
+    assert main(["train", *fresh, "--max_steps", "1", "--dry-run", "--resume", "auto"]) == 0
+    assert "fresh start (--resume auto: no complete checkpoint)" in capsys.readouterr().out
+
+
 def test_resume_without_checkpoint_is_a_clear_error(trained, tmp_path, capsys):
     _, common = trained
     args = [a if a != str(trained[0] / "run") else str(tmp_path / "empty") for a in common]
     assert main(["train", *args, "--max_steps", "2", "--resume"]) == 2
-    assert "no checkpoint-" in capsys.readouterr().err
+    assert "no complete checkpoint-" in capsys.readouterr().err
 
 
 def test_eval_runs_every_condition_and_writes_three_reports(trained):

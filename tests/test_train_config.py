@@ -44,6 +44,67 @@ def test_dry_run_of_the_production_config_prints_its_arithmetic(tiny_models, fev
     assert report["validation_responder_prompts"].startswith("144 per evaluation")
 
 
+def _dry_run_report(capsys, *args: str) -> dict[str, str]:
+    assert main(["train", "--config", str(QWEN), "--dry-run", "--world-size", "8", *args]) == 0
+    return dict(line.split(None, 1) for line in capsys.readouterr().out.strip().splitlines())
+
+
+def test_dry_run_reports_the_baseline_cache_for_the_split(tiny_models, fever_data, tmp_path, capsys):
+    from memstate.data import load_split
+    from memstate.reward.cache import BaselineCache, CacheKey
+    from memstate.reward.responder_score import Judgement
+
+    tiny = ["--policy_model", str(tiny_models["policy"]), "--data_dir", str(fever_data)]
+    cache = tmp_path / "baselines.sqlite"
+    report = _dry_run_report(capsys, *tiny, "--baseline_cache", str(cache))
+    assert (
+        report["baseline_cache"].startswith(f"{cache}: missing") and "precompute-baselines" in report["baseline_cache"]
+    )
+    train = load_split(fever_data, "train")
+    db = BaselineCache(cache)
+    db.put_many({CacheKey(f"d{i}", inst.id, "resp", "v", "likelihood"): Judgement(0.5, True)
+                 for i, inst in enumerate(train[:5])})  # fmt: skip
+    db.put_many({CacheKey("other-mode", train[5].id, "resp", "v", "exact"): Judgement(1.0, True)})
+    db.close(self_contained=True)
+    report = _dry_run_report(capsys, *tiny, "--baseline_cache", str(cache), "--score_mode", "likelihood")
+    assert report["baseline_cache"].startswith(f"{cache}: 5 of {len(train)} train instances have a likelihood baseline")
+    (tmp_path / "baselines.sqlite-wal").write_bytes(b"")
+    report = _dry_run_report(capsys, *tiny, "--baseline_cache", str(cache), "--score_mode", "likelihood")
+    assert "-wal next to it: unfinished" in report["baseline_cache"]
+
+
+def test_dry_run_checks_offline_that_the_models_resolve_and_the_disk_holds_the_saves(
+    tiny_models, fever_data, tmp_path, capsys, monkeypatch
+):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
+    tiny = ["--policy_model", str(tiny_models["policy"]), "--data_dir", str(fever_data),
+            "--output_dir", str(tmp_path / "run")]  # fmt: skip
+    local = [*tiny, "--responder_model", str(tiny_models["responder"])]
+    report = _dry_run_report(capsys, *local)
+    assert report["models_local"].startswith("ok: policy") and "responder" in report["models_local"]
+    # The size of a save follows the parameter count: 16 bytes a parameter in bf16, 20 in float32 (the tiny model)
+    params = int(report["policy_parameters"].replace(",", ""))
+    size = float(report["checkpoint_size_per_save"].split()[0])
+    assert report["checkpoint_size_per_save"].split()[1] == "MB"
+    assert size == pytest.approx(params * 20 / 1e6, abs=0.06)
+    assert "3 checkpoint(s) + 2 whole models" in report["disk_for_kept_saves"]  # save_total_limit 3; final/, best/
+    assert "NOT ENOUGH" not in report["disk_for_kept_saves"]
+    # The responder named by its Hub id is not in this HF_HOME: reported, and refused on the job's node
+    report = _dry_run_report(capsys, *tiny)
+    assert report["models_local"].startswith("MISSING: responder Qwen/Qwen3-8B is not in ")
+    assert main(["train", "--config", str(QWEN), "--dry-run", "--world-size", "8", *tiny, "--launch-checks"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "HF_HUB_OFFLINE is set and responder Qwen/Qwen3-8B" in err[0], err
+    # A disk that cannot hold the kept saves: reported, and refused on the job's node
+    usage = shutil.disk_usage(tmp_path)
+    monkeypatch.setattr(shutil, "disk_usage", lambda _: usage._replace(free=1000))
+    assert "NOT ENOUGH" in _dry_run_report(capsys, *local)["disk_for_kept_saves"]
+    assert main(["train", "--config", str(QWEN), "--dry-run", "--world-size", "8", *local, "--launch-checks"]) == 2
+    err = capsys.readouterr().err
+    assert "free space, lower save_total_limit or set output_dir elsewhere" in err, err
+
+
 def test_saves_between_evaluations_are_refused(tiny_models, fever_data, capsys):
     argv = ["train", "--config", str(QWEN), "--dry-run", "--world-size", "8", "--eval_steps", "20",
             "--policy_model", str(tiny_models["policy"]), "--data_dir", str(fever_data)]  # fmt: skip

@@ -34,9 +34,11 @@ def run(parsed: tuple[MemstateTrainArguments, ResponderConfig, GRPOConfig, argpa
     world_size = (options.world_size or int(os.environ.get("WORLD_SIZE", 1))) if options.dry_run else None
     grpo_config = fit_to_world(script_args.completions_per_step, grpo_config, world_size or grpo_config.world_size)
     if options.dry_run:
-        from memstate.train.dry_run import dry_run
+        from memstate.train.dry_run import dry_run, resume_plan
 
-        report = dry_run(script_args, grpo_config, world_size)
+        resume = resume_plan(grpo_config, options.resume, world_size)
+        report = dry_run(script_args, grpo_config, world_size, responder, launch_checks=options.launch_checks)
+        report["resume"] = resume
         width = max(map(len, report))
         for key, value in report.items():
             print(f"{key:<{width}}  {value}")

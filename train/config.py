@@ -3,6 +3,7 @@ read from one flat YAML by ``TrlParser``; any field can follow on the command li
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from types import SimpleNamespace
 from typing import Literal
@@ -257,13 +258,24 @@ def load_train_instances(script_args: MemstateTrainArguments) -> list:
     return instances[: script_args.max_train_instances] if script_args.max_train_instances else instances
 
 
+def hub_offline() -> bool:
+    """Whether the Hub is off for this process: ``HF_HUB_OFFLINE`` or ``TRANSFORMERS_OFFLINE`` as the environment says
+    now, or as huggingface_hub read it at import (it reads it once). Checks that only look for a model pass
+    ``local_files_only=hub_offline()``: an air-gapped node must not wait on the Hub's connection retries (~45 s) to
+    learn what its cache holds."""
+    from huggingface_hub import constants
+
+    said = [os.environ.get(name, "").strip().upper() for name in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")]
+    return bool(constants.HF_HUB_OFFLINE) or any(v in {"1", "ON", "YES", "TRUE"} for v in said)
+
+
 def policy_positions(policy_model: str) -> int | None:
     """The policy's ``max_position_embeddings`` from its config (a local dir, or a Hub id already cached); None where
     the config cannot be read here (a Hub id on a machine without it: the cluster's own run checks again)."""
     from transformers import AutoConfig
 
     try:
-        config = AutoConfig.from_pretrained(policy_model)
+        config = AutoConfig.from_pretrained(policy_model, local_files_only=hub_offline())
     except (OSError, ValueError):
         return None
     return getattr(config.get_text_config(), "max_position_embeddings", None)
@@ -377,7 +389,15 @@ def make_parser(prog: str | None = None) -> TrainParser:
         description="GRPO-train the policy. --config FILE.yaml (flat keys: the fields below), then any field as "
         "--field value to override the file, e.g. --config configs/train/tiny_cpu.yaml --max_steps 2.",
     )
-    parser.add_argument("--resume", action="store_true", help="Continue from the last checkpoint in output_dir.")
+    parser.add_argument(
+        "--resume",
+        nargs="?",
+        const="last",
+        choices=["last", "auto"],
+        help="Continue from the newest complete checkpoint in output_dir (an incomplete save is set aside); "
+        "'--resume auto' (the launch scripts' default): continue if there is one, else start fresh. Without it a "
+        "run refuses an output_dir that holds checkpoints.",
+    )
     parser.add_argument(
         "--dry-run",
         "--dry_run",
@@ -386,6 +406,13 @@ def make_parser(prog: str | None = None) -> TrainParser:
     )
     parser.add_argument(
         "--world-size", "--world_size", type=int, help="Processes the dry run assumes (default: $WORLD_SIZE or 1)."
+    )
+    parser.add_argument(
+        "--launch-checks",
+        "--launch_checks",
+        action="store_true",
+        help="With --dry-run, on the job's own node (the launch scripts): refuse, instead of reporting, a model that "
+        "does not resolve with HF_HUB_OFFLINE set, and a disk that cannot hold the kept saves.",
     )
     return parser
 

@@ -3,7 +3,10 @@ arithmetic a launch will follow. Runs on CPU for the production configs."""
 
 from __future__ import annotations
 
+import contextlib
 import math
+import shutil
+import sqlite3
 from pathlib import Path
 
 from transformers import AutoConfig, AutoTokenizer
@@ -11,7 +14,8 @@ from trl import GRPOConfig
 
 from memstate.errors import ConfigError
 from memstate.prompts import prompt_tokens
-from memstate.train.config import MemstateTrainArguments, load_train_instances
+from memstate.responders import ResponderConfig
+from memstate.train.config import MemstateTrainArguments, hub_offline, load_train_instances
 from memstate.train.validation import validation_instances
 
 
@@ -93,16 +97,156 @@ def hub_files_unavailable(policy_model: str) -> str | None:
     if policy_model.startswith(("/", ".", "~")) or policy_model.count("/") != 1:  # a path, not an org/name Hub id
         raise ConfigError(f"policy_model: {policy_model}: no such directory")
     try:
-        AutoConfig.from_pretrained(policy_model)
-        AutoTokenizer.from_pretrained(policy_model)
+        AutoConfig.from_pretrained(policy_model, local_files_only=hub_offline())
+        AutoTokenizer.from_pretrained(policy_model, local_files_only=hub_offline())
     except OSError as e:
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         return f"{policy_model} is neither a local directory nor reachable on the Hub from here ({first})"
     return None
 
 
-def dry_run(script_args: MemstateTrainArguments, config: GRPOConfig, world_size: int) -> dict:
-    """Load the data and the tokenizer (no weights), measure prompt lengths, and return the arithmetic."""
+def baseline_cache_status(script_args: MemstateTrainArguments, mode: str, instances: list) -> str:
+    """Whether ``baseline_cache`` exists and how many of the split's instances it holds a baseline for in this score
+    mode (by instance id: the exact request and responder are matched when training reads it).
+
+    >>> from types import SimpleNamespace
+    >>> baseline_cache_status(SimpleNamespace(baseline_cache=None), "exact", [])
+    'none (baselines scored in training, kept in memory)'
+    """
+    if not script_args.baseline_cache:
+        return "none (baselines scored in training, kept in memory)"
+    path = Path(script_args.baseline_cache).expanduser()
+    if not path.is_file():
+        return (f"{path}: missing; a run of several processes (or on a network filesystem) refuses it: fill it first "
+                f"with memstate reward precompute-baselines --data {script_args.data_dir} --cache {path} and the "
+                "responder's settings")  # fmt: skip
+    unfinished = [s for s in ("-wal", "-journal") if path.with_name(path.name + s).exists()]
+    try:
+        with contextlib.closing(sqlite3.connect(f"file:{path}?mode=ro", uri=True)) as db:
+            rows = db.execute("SELECT instance_id FROM baseline_scores WHERE mode = ?", (mode,)).fetchall()
+            responders = [r for (r,) in db.execute("SELECT DISTINCT responder FROM baseline_scores LIMIT 3")]
+    except sqlite3.Error as e:
+        return f"{path}: not a readable baseline cache ({e})"
+    held = {r for (r,) in rows}
+    have = sum(inst.id in held for inst in instances)
+    note = f"; {' and '.join(unfinished)} next to it: unfinished, training refuses it" if unfinished else ""
+    return (f"{path}: {have} of {len(instances)} {script_args.train_split} instances have a {mode} baseline "
+            f"(responders {', '.join(responders) or 'none'}){note}")  # fmt: skip
+
+
+def models_local(script_args: MemstateTrainArguments, responder_model: str | None) -> str:
+    """With the Hub off: whether the policy (config, tokenizer, weights) and the responder resolve from local files
+    (a directory, or ``HF_HOME``'s cache), as the nodes will need them. Starts with ``ok`` or ``MISSING``."""
+    from huggingface_hub import constants, snapshot_download
+
+    problems, found = [], []
+    for role, name in (("policy", script_args.policy_model), ("responder", responder_model)):
+        if not name:
+            continue
+        path = Path(name).expanduser()
+        if not path.exists():
+            try:
+                path = Path(snapshot_download(name, local_files_only=True))
+            except Exception:  # not cached (LocalEntryNotFoundError), or not a Hub id at all
+                problems.append(f"{role} {name} is not in {constants.HF_HUB_CACHE} (huggingface-cli download {name} "
+                                "where the Hub is reachable)")  # fmt: skip
+                continue
+        lacking = [what for what, patterns in (("config.json", ["config.json"]),
+                                               ("a tokenizer", ["tokenizer.json", "tokenizer_config.json"]),
+                                               ("weights", ["*.safetensors", "*.bin"]))
+                   if not any(any(path.glob(p)) for p in patterns)]  # fmt: skip
+        if lacking:
+            where = "" if str(path) == name else f" ({path})"
+            problems.append(f"{role} {name}{where} lacks {', '.join(lacking)}")
+        else:
+            found.append(f"{role} {name}")
+    if problems:
+        return "MISSING: " + "; ".join(problems)
+    return f"ok: {', '.join(found)} resolve without the Hub"
+
+
+# A save holds per trained parameter: the weights twice (the consolidated model.safetensors and DeepSpeed's
+# partitions; 2 bytes each in bf16) and the optimizer's fp32 master weights and Adam's two moments (12 bytes): ~16
+# bytes, ~64 GB for a 4B policy.
+OPTIMIZER_BYTES_PER_TRAINED_PARAMETER = 12
+
+
+def checkpoint_disk(script_args: MemstateTrainArguments, config: GRPOConfig, output_dir: str) -> dict:
+    """The size of one checkpoint and the disk the kept saves need (``save_total_limit`` checkpoints + final/ +
+    best/ + format-warmup/), from the policy's parameter count (its config on the meta device: no weights), and
+    the space free where ``output_dir`` goes. LoRA: the adapters and their optimizer state per checkpoint."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    model_config = AutoConfig.from_pretrained(script_args.policy_model, local_files_only=hub_offline())
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(model_config)
+    params = sum(p.numel() for p in model.parameters())
+    # Saved in the dtype the model ships in (a dry run forces bf16 off, so the config cannot say it).
+    weight_bytes = 4 if str(getattr(model_config, "dtype", None) or "").endswith("float32") else 2
+    model_bytes = params * weight_bytes
+    per_parameter = OPTIMIZER_BYTES_PER_TRAINED_PARAMETER + 2 * weight_bytes
+    # LoRA: adapters of rank <= 64 on a model's projections are ~1% of its weights at most.
+    per_save = params * (0.01 if script_args.use_peft else 1) * per_parameter
+    kept = config.save_total_limit if config.save_strategy != "no" and config.save_total_limit else None
+    whole_models = 2 + (script_args.format_warmup_steps > 0)  # final/, best/, format-warmup/
+    needed = (kept or 1) * per_save + whole_models * model_bytes
+    where = Path(output_dir).expanduser().absolute()
+    while not where.exists():
+        where = where.parent
+    free = shutil.disk_usage(where).free
+    report = {
+        "policy_parameters": f"{params:,}",
+        "checkpoint_size_per_save": f"{_size(per_save)} ({per_parameter} bytes a trained parameter: its weight "
+        "twice, fp32 master weight and Adam's two moments)"
+        + (" for LoRA adapters of at most 1% of the weights" if script_args.use_peft else ""),
+        "disk_for_kept_saves": f"{_size(needed)} ({kept if kept else 'every'} checkpoint(s)"
+        f"{'' if kept else ': save_total_limit is unset, this counts one'} + {whole_models} whole models of "
+        f"{_size(model_bytes)}); free at {where}: {_size(free)}",
+    }
+    if free < needed:
+        report["disk_for_kept_saves"] += " — NOT ENOUGH"
+    return report | {"_disk_short": free < needed}
+
+
+def resume_plan(config: GRPOConfig, resume: str | None, world_size: int) -> str:
+    """What the run would continue from (``train/resume.py``; nothing is set aside here), refusing what training
+    would refuse: a fresh start over checkpoints, ``--resume`` with none complete, another world size than the one a
+    DeepSpeed checkpoint was saved by (the stage is the launch's, unknown here: the run checks it)."""
+    from memstate.checkpoint import CheckpointMetadata
+    from memstate.train.resume import check_resume_shape, resume_checkpoint
+
+    if resume is None and config.resume_from_checkpoint:
+        return f"from {config.resume_from_checkpoint} (resume_from_checkpoint)"
+    checkpoint = resume_checkpoint(config.output_dir, resume, main_process=False)
+    if checkpoint is None:
+        return "fresh start" + (" (--resume auto: no complete checkpoint)" if resume else "")
+    metadata = CheckpointMetadata.read(checkpoint)
+    saved_stage = metadata.zero_stage if metadata else None
+    check_resume_shape(checkpoint, world_size, saved_stage)
+    shape = "" if metadata is None or metadata.world_size is None else f", saved by {metadata.world_size} processes"
+    return f"from {checkpoint}{shape}"
+
+
+def _size(n: float) -> str:
+    """
+    >>> _size(64.3e9), _size(2.5e6)
+    ('64.3 GB', '2.5 MB')
+    """
+    return f"{n / 1e9:.1f} GB" if n >= 1e9 else f"{n / 1e6:.1f} MB"
+
+
+def dry_run(
+    script_args: MemstateTrainArguments,
+    config: GRPOConfig,
+    world_size: int,
+    responder: ResponderConfig | None = None,
+    *,
+    launch_checks: bool = False,
+) -> dict:
+    """Load the data and the tokenizer (no weights), measure prompt lengths, and return the arithmetic.
+    ``launch_checks`` (the launch scripts, on the job's own node): a model that does not resolve with the Hub off,
+    or a disk that cannot hold the kept saves, is a ``ConfigError``."""
     instances = load_train_instances(script_args)
     if not instances:
         raise ConfigError(f"{script_args.data_dir}: split {script_args.train_split!r} is empty")
@@ -112,11 +256,22 @@ def dry_run(script_args: MemstateTrainArguments, config: GRPOConfig, world_size:
         "max_prompt_tokens": script_args.max_prompt_tokens,
         "max_completion_length": config.max_completion_length,
     }
+    responder = responder or ResponderConfig()
+    report["baseline_cache"] = baseline_cache_status(script_args, responder.score_mode, instances)
+    if hub_offline():
+        report["models_local"] = models_local(script_args, responder.responder_model)
+        if launch_checks and report["models_local"].startswith("MISSING"):
+            raise ConfigError(f"HF_HUB_OFFLINE is set and {report['models_local'][len('MISSING: ') :]}")
     unavailable = hub_files_unavailable(script_args.policy_model)
     if unavailable:
-        unchecked = "prompt token counts, chat template, shared-prefix saving, KV cache per token"
+        unchecked = "prompt token counts, chat template, shared-prefix saving, KV cache per token, checkpoint size"
         report |= {"not_checked": f"{unchecked}: {unavailable}; run where the Hub (or its cache) is reachable"}
         return report | ({"vllm": config.vllm_mode} if config.use_vllm else {"vllm": "off (transformers generate)"})
+    disk = checkpoint_disk(script_args, config, config.output_dir)
+    if launch_checks and disk["_disk_short"]:
+        raise ConfigError(f"output_dir {config.output_dir}: {disk['disk_for_kept_saves']}; free space, lower "
+                          "save_total_limit or set output_dir elsewhere")  # fmt: skip
+    report |= {k: v for k, v in disk.items() if not k.startswith("_")}
     tokenizer = AutoTokenizer.from_pretrained(script_args.policy_model)
     if tokenizer.chat_template is None:
         raise ConfigError(f"{script_args.policy_model}: the tokenizer has no chat template")

@@ -24,7 +24,7 @@ from trl import GRPOConfig, GRPOTrainer
 
 from memstate.checkpoint import CheckpointMetadata
 from memstate.data import manifest_sha256
-from memstate.errors import ConfigError, ResponderFailure
+from memstate.errors import ResponderFailure
 from memstate.prompts import PROMPT_VERSION
 from memstate.responders import ResponderConfig, make_responder
 from memstate.responders.local import outside_zero3
@@ -45,6 +45,7 @@ from memstate.train.best import (
 from memstate.train.config import MemstateTrainArguments, load_train_instances
 from memstate.train.curves import plot_training_curves
 from memstate.train.data import grpo_dataset
+from memstate.train.resume import check_resume_shape, launch_zero_stage, resume_checkpoint
 from memstate.train.shared_prefix import SharedPrefixGRPOTrainer
 from memstate.train.stop import StopFileCallback, TrainingStopped, write_stopped
 from memstate.train.validation import ValidateAtEnd, attach_validation, validation_instances
@@ -252,11 +253,6 @@ def bound_completion_logs(trainer: GRPOTrainer, rows: int) -> None:
         logs[key] = defaultdict(lambda: deque(maxlen=rows))
 
 
-def latest_checkpoint(output_dir: str | Path) -> Path | None:
-    ckpts = [p for p in Path(output_dir).glob("checkpoint-*") if p.name.split("-")[-1].isdigit()]
-    return max(ckpts, key=lambda p: int(p.name.split("-")[-1]), default=None)
-
-
 def rank_sum(accelerator):
     """``reduce`` for ``UnscorableGuard``: a list of counts summed over all ranks, the same totals on every rank."""
 
@@ -298,15 +294,21 @@ def train(
     responder_config: ResponderConfig,
     grpo_config: GRPOConfig,
     *,
-    resume: bool = False,
+    resume: bool | str | None = None,
 ) -> Path:
-    """Run the whole training job; return the directory of the final model."""
+    """Run the whole training job; return the directory of the final model. ``resume``: ``None``/``False`` a fresh
+    start (refused over existing checkpoints), ``True``/``"last"`` the newest complete checkpoint, ``"auto"`` it if
+    any (``train/resume.py``)."""
     os.environ.setdefault("WANDB_MODE", "offline")  # wandb logs locally unless the user configured a server
     output_dir = Path(grpo_config.output_dir)
     # The offline run directory lands next to the checkpoints, unless the user chose a WANDB_DIR.
     os.environ["WANDB_DIR"] = _USER_WANDB_DIR or str(output_dir)
-    if resume and latest_checkpoint(output_dir) is None:
-        raise ConfigError(f"--resume: no checkpoint-* directory in {output_dir} to resume from")
+    mode = "last" if resume is True else (resume or None)
+    checkpoint = None
+    if mode is not None or not grpo_config.resume_from_checkpoint:  # TRL's own resume_from_checkpoint: its path
+        checkpoint = resume_checkpoint(output_dir, mode, main_process=int(os.environ.get("RANK", "0")) == 0)
+    if checkpoint is not None:
+        check_resume_shape(checkpoint, grpo_config.world_size, launch_zero_stage())
     timers = StageTimer()
 
     with timers("load_data"):
@@ -360,7 +362,7 @@ def train(
     if script_args.format_warmup_steps > 0:
         warm_dir = output_dir / "format-warmup"
         with timers("format_warmup"):
-            if resume and (warm_dir / "config.json").is_file():
+            if checkpoint is not None and (warm_dir / "config.json").is_file():
                 logger.info("resume: reusing the warm-up model in %s", warm_dir)
             else:
                 format_warmup(
@@ -414,6 +416,10 @@ def train(
         reward.stop_token_ids = {t for t in [*trainer.eos_token_ids, tokenizer.pad_token_id] if t is not None}
         # Every scored completion's gate decision and scores, one Parquet file per step and rank (reward/audit.py).
         reward.audit = AuditLog(output_dir / "audit", trainer.accelerator.process_index)
+        # The shape a resume must match (train/resume.py): DeepSpeed partitions the optimizer by it.
+        plugin = trainer.accelerator.state.deepspeed_plugin
+        metadata.world_size = trainer.accelerator.num_processes
+        metadata.zero_stage = plugin.zero_stage if plugin is not None else None
         # Never train on zeros: a round whose responder scored too little (summed over ranks) stops the run.
         reward.guard = UnscorableGuard(
             script_args.max_unscorable_share, script_args.unscorable_patience, rank_sum(trainer.accelerator)
@@ -436,7 +442,7 @@ def train(
         # not this project's to rename.
         warnings.filterwarnings("ignore", message="`is_gradient_checkpointing` is deprecated", category=FutureWarning)
         try:
-            trainer.train(resume_from_checkpoint=True if resume else grpo_config.resume_from_checkpoint)
+            trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint else grpo_config.resume_from_checkpoint)
         except ResponderFailure as failure:
             raise stop_on_responder_failure(trainer, failure, output_dir) from None
 

@@ -5,14 +5,15 @@
 #
 # Run it on the node itself from the repository root, or submit it: it needs no srun.
 #   bash configs/slurm/train_1node.sh --max_steps 200                   # extra args go to `memstate train`
-#   sbatch --nodes=1 --gpus-per-node=8 --exclusive --time=48:00:00 --signal=B:USR1@900 configs/slurm/train_1node.sh
+#   sbatch --nodes=1 --gpus-per-node=8 --exclusive --time=48:00:00 --signal=B:USR1@900 --requeue \
+#     configs/slurm/train_1node.sh                                     # requeues itself at the time limit
 #   TRAIN_GPUS=0,1 RESPONDER_GPUS=2,3 bash configs/slurm/train_1node.sh # other splits; the dry run checks them
 #
 # Order, as in train_qwen3_4b.sbatch: the dry run for the training GPU count first (completions_per_step keeps
 # 1,024 completions per optimizer step: accumulation 16 on 4 GPUs; a 6 + 2 split does not divide and is refused
 # before anything loads), then the responder and its /health, then training. Whichever of the two dies first ends
 # the other; the trainer is first asked to checkpoint and stop (STOP_FILE), as on SIGUSR1 (SLURM's signal before the
-# time limit). `--resume` continues from the checkpoint.
+# time limit); under sbatch the job then requeues itself, and `--resume auto` (the default) continues from it.
 set -euo pipefail
 
 # --- settings ---------------------------------------------------------------------------------------------------
@@ -34,9 +35,12 @@ RESPONDER_FAILURES=${RESPONDER_FAILURES:-4}
 TRAINER_GRACE_S=${TRAINER_GRACE_S:-900}
 LOG_DIR=${LOG_DIR:-$REPO/runs/slurm/${SLURM_JOB_ID:-1node-$(date +%Y%m%d-%H%M%S)}}
 STOP_FILE=${STOP_FILE:-$LOG_DIR/stop-requested}
+REQUEUE=${REQUEUE:-1}  # under sbatch: after a time-limit checkpoint, requeue the job (0: just end it)
 
 export WANDB_MODE=${WANDB_MODE:-offline}        # offline under output_dir unless WANDB_MODE=online
-export HF_HOME=${HF_HOME:-$REPO/.cache/huggingface}
+# Offline by default (download the models first; HF_HOME as you set it): train_qwen3_4b.sbatch says why and how.
+export HF_HUB_OFFLINE=${HF_HUB_OFFLINE:-1}
+export TRANSFORMERS_OFFLINE=${TRANSFORMERS_OFFLINE:-$HF_HUB_OFFLINE}
 export TOKENIZERS_PARALLELISM=false
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-8}
 
@@ -57,10 +61,12 @@ echo "responder: GPUs $RESPONDER_GPUS ($RESPONDER_URL); training: GPUs $TRAIN_GP
 
 # --- launch arithmetic, before anything starts ------------------------------------------------------------------
 TRAIN_ARGS=(--config "$TRAIN_CONFIG" --responder_url "$RESPONDER_URL" --responder_model "$RESPONDER_MODEL"
-            --stop_file "$STOP_FILE" "$@")
-if ! "$MEMSTATE" train "${TRAIN_ARGS[@]}" --dry-run --world-size "$NUM_PROCESSES" >"$LOG_DIR/dry-run.txt" 2>&1; then
+            --stop_file "$STOP_FILE" --resume auto "$@")  # a resubmitted job continues; your args come last
+# --launch-checks: a model that does not resolve offline or a disk too small for the kept saves is refused here too.
+if ! "$MEMSTATE" train "${TRAIN_ARGS[@]}" --dry-run --world-size "$NUM_PROCESSES" --launch-checks \
+    >"$LOG_DIR/dry-run.txt" 2>&1; then
   reason=$(grep -m 1 "error:" "$LOG_DIR/dry-run.txt" || tail -n 1 "$LOG_DIR/dry-run.txt")
-  echo "error: $NUM_PROCESSES training GPUs ($TRAIN_GPUS) do not fit the config: ${reason#*error: }" >&2
+  echo "error: the dry run refused the launch on $NUM_PROCESSES training GPUs ($TRAIN_GPUS): ${reason#*error: }" >&2
   exit 2
 fi
 echo "launch arithmetic for $NUM_PROCESSES processes (memstate train --dry-run):"
@@ -85,7 +91,7 @@ stop_all() {
 }
 trap stop_all EXIT
 trap 'exit 143' TERM INT
-trap 'echo "stop requested (SIGUSR1): asking the trainer to checkpoint and stop"; touch "$STOP_FILE"' USR1
+trap 'echo "stop requested (SIGUSR1): asking the trainer to checkpoint and stop"; TIME_LIMIT_STOP=1; touch "$STOP_FILE"' USR1
 
 wait_for_responder
 

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Functions both launch scripts source (train_qwen3_4b.sbatch, train_1node.sh): wait for the responder's /health,
 # then watch the responder and the trainer until one of them ends. They read RESPONDER_PID, TRAIN_PID, RESPONDER_URL,
-# LOG_DIR, STOP_FILE, HEALTH_TIMEOUT_S, MONITOR_INTERVAL_S, RESPONDER_FAILURES and TRAINER_GRACE_S.
+# LOG_DIR, STOP_FILE, HEALTH_TIMEOUT_S, MONITOR_INTERVAL_S, RESPONDER_FAILURES, TRAINER_GRACE_S, and (set by the
+# scripts' USR1 trap) TIME_LIMIT_STOP with REQUEUE and SLURM_JOB_ID.
 
 # Wait up to HEALTH_TIMEOUT_S for /health; exit 1 with the server log's tail if it exits or never answers.
 wait_for_responder() {
@@ -49,6 +50,15 @@ watch_until_done() {
   done
   wait "$TRAIN_PID" || status=$?
   TRAIN_PID=""
+  # Stopped with a checkpoint (status 2) on the time-limit signal, inside a SLURM job: requeue it; the next run
+  # continues from the checkpoint (--resume auto).
+  if ((status == 2)) && [[ -n ${TIME_LIMIT_STOP:-} && ${REQUEUE:-0} == 1 && -n ${SLURM_JOB_ID:-} ]]; then
+    if scontrol requeue "$SLURM_JOB_ID"; then
+      echo "checkpoint saved before the time limit; job $SLURM_JOB_ID requeued: it continues from the checkpoint" >&2
+      exit 0
+    fi
+    echo "error: scontrol requeue $SLURM_JOB_ID failed: submit the same command again to continue" >&2
+  fi
   if ((status != 0)); then
     echo "training exited with status $status; see above (and stopped.json in the output dir: --resume continues)" >&2
     exit "$status"
