@@ -140,7 +140,7 @@ class HTTPUnavailable(ServerUnavailable):
         body: str = "",
         *,
         attempts: int | None = None,
-        deadline: float | None = None,
+        deadline: float | str | None = None,
         retry_after: str | None = None,
     ):
         self.method, self.url, self.errors, self.kind, self.status, self.body = method, url, errors, kind, status, body
@@ -149,7 +149,8 @@ class HTTPUnavailable(ServerUnavailable):
         # The first ``attempts`` lines are the attempts' errors; a line after them says why no attempt followed.
         history = "; ".join(f"attempt {i}: {e}" if i <= self.attempts else e for i, e in enumerate(errors, 1))
         if kind == "deadline":
-            message = f"no usable reply within the {deadline:g} s deadline ({self.attempts} attempt(s): {history})"
+            limit = f"the {deadline:g} s deadline" if isinstance(deadline, (int, float)) else str(deadline)
+            message = f"no usable reply within {limit} ({self.attempts} attempt(s): {history})"
         else:
             message = f"no usable reply after {self.attempts} attempt(s) ({history})"
         super().__init__(f"{method} {url}: {message}")
@@ -216,6 +217,10 @@ class _Base:
         self.settings = settings
         self.stats = stats if stats is not None else HTTPStats()
         self._rng = random.Random(seed)
+        # A time (time.monotonic) past which no call waits, whatever its own deadline: a reward round's budget
+        # (OpenAIResponder.round_deadline); cutoff_name says which limit it is in errors.
+        self.cutoff: float | None = None
+        self.cutoff_name = "the cutoff"
 
     def url(self, path: str) -> str:
         return path if "://" in path else self.settings.root + path
@@ -264,15 +269,37 @@ class _Base:
         return retry_delay(self.settings, attempt, header, self._rng)
 
     def _left(self, start: float) -> float | None:
-        """Seconds left before the deadline of a call that began at ``start`` (``time.monotonic``); None: none."""
+        """Seconds left before the deadline of a call that began at ``start`` (``time.monotonic``), or before
+        ``cutoff`` if that comes first; None: neither is set."""
+        now, deadline = time.monotonic(), self.settings.deadline
+        left = None if deadline is None else deadline - (now - start)
+        if self.cutoff is not None:
+            left = self.cutoff - now if left is None else min(left, self.cutoff - now)
+        return left
+
+    def _limit(self, start: float) -> float | str:
+        """What ends a call that began at ``start``: the per-call deadline (seconds), or the cutoff's name."""
         deadline = self.settings.deadline
-        return None if deadline is None else deadline - (time.monotonic() - start)
+        if self.cutoff is not None and (deadline is None or self.cutoff < start + deadline):
+            return self.cutoff_name
+        return deadline
+
+    def _limit_text(self, start: float) -> str:
+        limit = self._limit(start)
+        return f"the {limit:g} s deadline" if isinstance(limit, (int, float)) else limit
 
     def _past_deadline(
-        self, method: str, path: str, errors: list[str], attempts: int, note: str, last: _Retry | None = None
+        self,
+        method: str,
+        path: str,
+        errors: list[str],
+        attempts: int,
+        note: str,
+        last: _Retry | None = None,
+        start: float | None = None,
     ) -> HTTPUnavailable:
         self.stats.count("gave_up")
-        deadline = self.settings.deadline
+        deadline = self.settings.deadline if start is None else self._limit(start)
         return HTTPUnavailable(
             method, self.url(path), [*errors, note], "deadline", attempts=attempts, deadline=deadline,
             **_last_reply(last),
@@ -286,14 +313,14 @@ class _Base:
         errors.append(last.message)
         left = self._left(start)
         if left is not None and left <= 0:
-            note = f"the {self.settings.deadline:g} s deadline passed"
-            raise self._past_deadline(method, path, errors, attempt, note, last) from None
+            note = f"{self._limit_text(start)} passed"
+            raise self._past_deadline(method, path, errors, attempt, note, last, start) from None
         if attempt == attempts:
             raise self._give_up(method, path, errors, last) from None
         wait = self._wait(attempt, last)
         if left is not None and wait >= left:
-            note = f"the next attempt would start after the {self.settings.deadline:g} s deadline (wait {wait:.2g} s)"
-            raise self._past_deadline(method, path, errors, attempt, note, last) from None
+            note = f"the next attempt would start after {self._limit_text(start)} (wait {wait:.2g} s)"
+            raise self._past_deadline(method, path, errors, attempt, note, last, start) from None
         self.stats.count("retries")
         return wait
 
@@ -342,8 +369,8 @@ class HTTPClient(_Base):
         for attempt in range(1, attempts + 1):
             left = self._left(start)
             if not self._slots.acquire(timeout=None if left is None else max(left, 0.0)):
-                note = f"no free connection slot within the {self.settings.deadline:g} s deadline"
-                raise self._past_deadline(method, path, errors, attempt - 1, note)
+                note = f"no free connection slot within {self._limit_text(start)}"
+                raise self._past_deadline(method, path, errors, attempt - 1, note, start=start)
             try:
                 try:
                     self.stats.count("requests")
@@ -424,11 +451,10 @@ class AsyncHTTPClient(_Base):
                             except httpx.TransportError as e:
                                 raise self._failed(e) from None
                 except TimeoutError:  # asyncio.timeout's: the deadline passed (httpx's timeouts are no TimeoutError)
-                    deadline = self.settings.deadline
-                    note = f"cut off by the {deadline:g} s deadline" if sent else (
-                        f"no free connection slot within the {deadline:g} s deadline"
-                    )  # fmt: skip
-                    raise self._past_deadline(method, path, errors, attempt if sent else attempt - 1, note) from None
+                    limit = self._limit_text(start)
+                    note = f"cut off by {limit}" if sent else f"no free connection slot within {limit}"
+                    raise self._past_deadline(method, path, errors, attempt if sent else attempt - 1, note,
+                                              start=start) from None  # fmt: skip
                 return self._outcome(method, path, reply, parse, raw)
             except _Retry as last:
                 await _asleep(self._after_failure(method, path, errors, attempt, attempts, start, last))

@@ -19,8 +19,11 @@ pipeline of named stages, one method each, timed per call (``memstate/time/<stag
   TRL's completions table (``log_extra``), to a per-step Parquet file given an ``AuditLog`` (``memstate.reward.audit``),
   and to the validation rows while the trainer validates.
 
-A completion whose state or baseline the responder could not score gets ``None``, which TRL leaves out of the
-advantage; the count is logged, and with a ``guard`` (``memstate.reward.failure.UnscorableGuard``) a call whose share
+A completion whose state, baseline or no-memory (answer-flow) measure the responder could not score gets ``None``,
+which TRL leaves out of the advantage: a state whose answer flow was not measured is never paid. With
+``round_deadline`` a served responder gets one time budget per call over all its passes, and once a pass fails (no
+reply at all, or the budget spent) the later ones are not started (``memstate/round_failed``). The count is logged,
+and with a ``guard`` (``memstate.reward.failure.UnscorableGuard``) a call whose share
 of them is too high, too many rounds in a row, raises ``ResponderFailure`` before its round trains.
 """
 
@@ -74,6 +77,14 @@ class RewardConfig:
         metadata={
             "help": "Largest rise of a candidate's probability a state may cause alone; calibrate it per responder "
             "(benchmarks/calibrate_answer_flow.py)."
+        },
+    )
+    round_deadline: float | None = field(
+        default=None,
+        metadata={
+            "help": "Seconds one call (a generation round) may wait on a served responder in all, over its passes "
+            "(fitting, answer flow, baselines, scoring); past it every request gives up and what is left is "
+            "unscorable. None: each request's own deadline only."
         },
     )
 
@@ -192,18 +203,29 @@ class CounterfactualGainReward:
         """The named stages, in order, each timed (``memstate/time/<stage>``, seconds of this call)."""
         timers = _Timers()
         batch = _Batch.of(completions, completion_ids, columns)
-        with timers("fit"):
+        budget = _RoundBudget(self.responder, self.config.round_deadline)
+        with timers("fit"), budget():
             self._fit(batch)
         with timers("format_gate"):
             self._format_gate(batch)
         with timers("leak_gate"):
             self._leak_gate(batch)
-        with timers("answer_flow"):
+        # The passes that wait on the responder: once one failed (no reply at all, or the round's budget spent),
+        # the later ones are not started: what they would score is unscorable.
+        with timers("answer_flow"), budget():
             self._answer_flow(batch)
-        with timers("baselines"):
-            batch.base = self._baselines(batch.shown)
-        with timers("score"):
-            self._score(batch)
+        if not self._round_failed(batch, budget, "answer_flow"):
+            with timers("baselines"), budget():
+                batch.base = self._baselines(batch.shown)
+            if batch.to_score and not batch.base:
+                batch.failed = "baselines: no reply"
+        if not self._round_failed(batch, budget, "baselines"):
+            with timers("score"), budget():
+                self._score(batch)
+        else:
+            batch.n_needed = batch.n_unscorable = sum(len(idx) for idx in batch.to_score.values())
+            batch.n_needed += batch.n_flow_unscorable
+            batch.n_unscorable += batch.n_flow_unscorable
         with timers("credit"):
             self._credit(batch)
         with timers("audit"):
@@ -258,12 +280,15 @@ class CounterfactualGainReward:
         )
         b.flow_calls = self.answer_flow.calls - calls_before
         self.responder_prompts += b.flow_calls
+        if measured and all(shift is None for shift in measured):
+            b.failed = "answer_flow: no reply"
         for pair, shift in zip(pairs, measured, strict=True):
             idx = b.to_score[pair]
             for i in idx:
                 b.shift[i] = shift
-            if shift is None:
+            if shift is None:  # unverified: never paid (reward None), counted as unscorable
                 b.n_flow_unscorable += len(idx)
+                del b.to_score[pair]
             elif self.answer_flow.rejects(shift):
                 for i in idx:
                     b.reject(i, "answer_flow", f"answer-flow shift {shift:.3f} > {self.answer_flow.threshold:g}",
@@ -271,10 +296,17 @@ class CounterfactualGainReward:
                 b.n_flow_rejects += len(idx)
                 del b.to_score[pair]
 
+    def _round_failed(self, b: _Batch, budget: _RoundBudget, after: str) -> bool:
+        """Whether the passes after ``after`` are skipped: one failed, or the round's budget is spent."""
+        if not b.failed and budget.spent():
+            b.failed = f"{after}: the {self.config.round_deadline:g} s round deadline passed"
+        return b.failed is not None
+
     def _score(self, b: _Batch) -> None:
         """One with-state responder prompt per distinct (instance, state) still standing; gain = its score minus the
-        no-state baseline's."""
-        b.n_needed = sum(len(idx) for idx in b.to_score.values())  # completions whose reward needs the responder
+        no-state baseline's. Completions whose answer-flow measure failed are unscorable too."""
+        # completions whose reward needs the responder
+        b.n_needed = sum(len(idx) for idx in b.to_score.values()) + b.n_flow_unscorable
         groups = [idx for (inst_id, _), idx in b.to_score.items() if inst_id in b.base]
         b.n_unscorable = b.n_needed - sum(len(idx) for idx in groups)
         if not groups:
@@ -363,6 +395,7 @@ class CounterfactualGainReward:
         log_metric("memstate/dedup_hits", float(b.n_dedup))
         log_metric("memstate/cache_hits", float(self.cache.hits - b.hits_before))
         log_metric("memstate/unscorable", float(b.n_unscorable))
+        log_metric("memstate/round_failed", float(b.failed is not None))  # a responder pass failed, later ones skipped
         log_metric("memstate/responder_facts_cut", float(b.n_facts_cut))
         for stage, secs in seconds.items():
             log_metric(f"memstate/time/{stage}", secs)
@@ -382,6 +415,32 @@ def credited_gain(gain: float, shift: float | None) -> float:
     (0.298, -0.03, 0.2, 0.1)
     """
     return gain if shift is None else round(gain - max(shift, 0.0), 12)
+
+
+class _RoundBudget:
+    """``RewardConfig.round_deadline`` over one call's responder passes: each pass runs inside the responder's
+    ``round_deadline`` with what is left (time in the gates between passes is not counted). Responders without it
+    (in-process) are not bounded."""
+
+    def __init__(self, responder: Responder, seconds: float | None):
+        self.limit = getattr(responder, "round_deadline", None)
+        self.left = seconds if self.limit is not None else None
+        self.name = f"the {seconds:g} s round deadline" if seconds is not None else None
+
+    @contextmanager
+    def __call__(self):
+        if self.left is None:
+            yield
+            return
+        start = time.monotonic()
+        try:
+            with self.limit(max(self.left, 0.0), self.name):
+                yield
+        finally:
+            self.left -= time.monotonic() - start
+
+    def spent(self) -> bool:
+        return self.left is not None and self.left <= 0
 
 
 class _Timers:
@@ -424,6 +483,7 @@ class _Batch:
     n_unscorable: int = 0
     n_flow_rejects: int = 0
     n_flow_unscorable: int = 0
+    failed: str | None = None  # the responder pass that failed this call (later passes skipped), if one did
     flow_calls: int = 0
     hits_before: int = 0
     prompts_before: int = 0

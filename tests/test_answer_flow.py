@@ -251,13 +251,16 @@ def test_exact_mode_still_measures_the_flow_by_likelihood():
 
 
 @pytest.mark.usefixtures("leak_gate_open")
-def test_an_unscorable_check_does_not_reject_and_is_counted():
+def test_an_unscorable_check_does_not_reject_pays_nothing_and_is_counted():
+    """A state whose no-memory shift could not be measured is not paid its gain unchecked (nothing would be taken off
+    it): its reward is None, left out of the advantage, and it counts as unscorable for the guard."""
     responder = KeywordResponder(fail_without_memories=True)
     metrics, extra = {}, {}
     reward = CounterfactualGainReward(responder, flow_on())
     out = call(reward, [flat_instance()] * 2, [PARAPHRASE, PARAPHRASE], log_metric=metrics.__setitem__,
                log_extra=extra.__setitem__)  # fmt: skip
-    assert out == pytest.approx([RISE] * 2)  # scored with the state as if the check were off: nothing taken off
+    assert out == [None, None] and metrics["memstate/unscorable"] == 2.0
+    assert metrics["memstate/round_failed"] == 1.0  # no reply at all in the no-memory pass: the later ones skipped
     assert extra["gate"] == ["ok", "ok"] and extra["answer_flow_shift"] == [None, None]
     assert metrics["memstate/answer_flow_unscorable"] == 2.0 and metrics["memstate/answer_flow_rejects"] == 0.0
     assert "memstate/answer_flow_shift_mean" not in metrics

@@ -148,6 +148,20 @@ def test_launch_completes(run):
     assert f"final model: {output_dir / 'final'}" in proc.stdout, explain(proc, cmd)
 
 
+def test_checkpoints_record_the_shape_a_resume_must_match(run):
+    """memstate.json says which world size and ZeRO stage partitioned the optimizer (train/resume.py); the dry run
+    of a resume on another process count is refused in one line before anything loads."""
+    proc, cmd, output_dir = run
+    stage = int(cmd[cmd.index("--zero_stage") + 1]) if "--zero_stage" in cmd else 2  # zero2_cpu_2proc.yaml's
+    metadata = json.loads((output_dir / f"checkpoint-{MAX_STEPS}" / "memstate.json").read_text())
+    assert (metadata["world_size"], metadata["zero_stage"]) == (WORLD_SIZE, stage), explain(proc, cmd)
+    train_args = cmd[cmd.index("train") + 1 :]
+    dry = [sys.executable, "-m", "memstate.cli", "train", *train_args, "--dry-run", "--resume", "auto"]
+    refused = subprocess.run([*dry, "--world-size", "4"], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert refused.returncode == 2, refused.stdout + refused.stderr
+    assert f"saved by {WORLD_SIZE} processes under DeepSpeed ZeRO-{stage}, this launch has 4" in refused.stderr
+
+
 @pytest.mark.parametrize("name", [f"checkpoint-{SAVE_STEPS}", f"checkpoint-{MAX_STEPS}", "final", "best"])
 def test_saved_model_loads(run, tiny_models, name):
     proc, cmd, output_dir = run

@@ -260,6 +260,8 @@ def test_sbatch_stops_training_with_a_checkpoint_when_the_responder_dies(stub_en
     proc = run_sbatch(env, *tiny)
     assert proc.returncode == 1, proc.stdout + proc.stderr
     assert "the responder is gone" in proc.stderr and "asking the trainer to checkpoint and stop" in proc.stderr
+    # The grace is the dry run's stop_grace_s: the production config's 900 s round deadline + 900 s step and save
+    assert "stop_grace_s                          1800\n" in proc.stdout and "(up to 1800s)" in proc.stderr
     lines = log.read_text().splitlines()
     assert f"trainer stopped on {tmp_path / 'logs' / 'stop-requested'}" in lines
     assert not any("requeue" in line for line in lines), "only the time limit requeues"

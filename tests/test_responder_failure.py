@@ -17,6 +17,7 @@ from reward_columns import columns
 
 from memstate.errors import ConfigError, ResponderFailure
 from memstate.http import HTTPClient, HTTPSettings, HTTPUnavailable
+from memstate.leak import instance_leak_reason
 from memstate.prompts import responder_messages
 from memstate.responders import ResponderConfig, make_responder
 from memstate.responders.remote import OpenAIResponder, ResponderIncompatible
@@ -175,6 +176,34 @@ def test_the_reward_stops_before_its_round_trains_and_says_why(fever_train):
     assert stop.value.share == 1.0 and "injected failure" in stop.value.last_error
 
 
+def test_a_hung_responder_costs_one_round_budget_and_the_round_is_unscorable(fever_train):
+    """A server that accepts connections and never answers: each request alone would wait its 30 s deadline, pass
+    after pass; the round's budget (2 s) ends them all, the later passes are not started, and the answer-flow
+    failures count as unscorable, so the guard stops the run."""
+    instances = [i for i in fever_train[:4] for _ in range(2)]
+    completions = [STATE] * len(instances)
+    with FaultyOpenAIServer() as server:
+        responder = OpenAIResponder(server.url, "fake-responder", timeout=30.0, max_retries=2, deadline=30.0)
+        responder.check_health()
+        server.stall, server.stall_s = 1.0, 120.0  # from now on: connections accepted, no reply
+        config = RewardConfig(answer_flow_check=True, round_deadline=2.0)
+        metrics: dict[str, float] = {}
+        reward = CounterfactualGainReward(responder, config, guard=UnscorableGuard(0.5, 1))
+        instance_leak_reason(STATE, instances[0])  # the word rules' first use compiles them: not the responder's time
+        start = time.monotonic()
+        with pytest.raises(ResponderFailure, match=r"8 of 8 completions .*unscorable") as stop:
+            reward(prompts=[None] * 8, completions=completions, log_metric=metrics.__setitem__, **columns(instances))
+        took = time.monotonic() - start
+        responder.close()
+    assert took < 6, (
+        took,
+        {k: v for k, v in metrics.items() if "time" in k},
+    )  # one budget, not 30 s per request and pass
+    assert "2 s round deadline" in stop.value.last_error, stop.value.last_error
+    assert metrics["memstate/round_failed"] == 1.0 and metrics["memstate/answer_flow_unscorable"] == 8
+    assert server.counts["requests"] <= 10, server.counts  # the no-memory pass only: the later passes never started
+
+
 # ---- a responder that dies mid-run ------------------------------------------------------------------------------
 
 
@@ -255,3 +284,38 @@ def test_a_responder_that_dies_mid_run_stops_training_with_a_checkpoint_and_resu
     assert steps == [1, 2, 3, 4]
     assert [e for e in history if e["step"] <= step] == state["log_history"]  # continued, not restarted
     assert json.loads((out / "checkpoint-4" / "trainer_state.json").read_text())["global_step"] == 4
+
+
+def test_a_hung_responder_mid_run_stops_training_within_one_round_budget(tiny_models, fever_data, tmp_path):
+    """A responder that keeps accepting connections and never answers: each request alone would wait its 60 s
+    deadline, pass after pass; responder_round_deadline (3 s) bounds the round, which is unscorable, and the run
+    stops with a checkpoint, stopped.json naming the cause, and exit 3."""
+    out = tmp_path / "run"
+    argv = train_argv(tiny_models, fever_data, out, "http://127.0.0.1:1")
+    argv[argv.index("--responder_timeout") + 1] = "60"
+    argv[argv.index("--responder_deadline") + 1] = "60"
+    argv += ["--responder_round_deadline", "3"]
+    err_log = tmp_path / "err"
+    env = os.environ | {"WANDB_MODE": "disabled", "PYTHONUNBUFFERED": "1"}
+    with FaultyOpenAIServer() as server, open(tmp_path / "out", "w") as stdout, open(err_log, "w") as stderr:
+        argv[argv.index("--responder_url") + 1] = server.url
+        proc = subprocess.Popen(argv, stdout=stdout, stderr=stderr, cwd=ROOT, env=env)
+        try:
+            give_up = time.monotonic() + 300
+            while not (out / "checkpoint-1" / "trainer_state.json").is_file():
+                assert proc.poll() is None, f"training ended early:\n{err_log.read_text()[-3000:]}"
+                assert time.monotonic() < give_up, "no checkpoint-1 after 300 s"
+                time.sleep(0.1)
+            server.stall, server.stall_s = 1.0, 600.0  # hung: connections accepted, no reply
+            hung = time.monotonic()
+            code = proc.wait(timeout=240)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+    stopped_within = time.monotonic() - hung
+    err = err_log.read_text()
+    assert code == 3, err[-3000:]
+    assert stopped_within < 45, stopped_within  # per-request deadlines alone: 60 s for each pass, 120 s or more
+    stopped = json.loads((out / "stopped.json").read_text())
+    assert stopped["reason"].startswith("responder failure: ") and "3 s round deadline" in stopped["reason"], stopped
+    assert (out / f"checkpoint-{stopped['step']}" / "trainer_state.json").is_file()

@@ -228,6 +228,26 @@ def resume_plan(config: GRPOConfig, resume: str | None, world_size: int) -> str:
     return f"from {checkpoint}{shape}"
 
 
+# What a trainer asked to stop may still do before its checkpoint is on disk, beyond the reward round: finish the
+# step's generation and optimizer step, and write the save (~64 GB for the 4B policy under ZeRO-3).
+STEP_AND_SAVE_ALLOWANCE_S = 900
+RESPONDER_PASSES = 4  # fitting, answer flow, baselines, scoring: each may wait up to responder_deadline
+
+
+def stop_grace_s(responder: ResponderConfig) -> int:
+    """How long the launch scripts' watcher waits for a trainer it asked to stop before killing it: the longest a
+    reward round may wait on the responder (``responder_round_deadline``, else ``responder_deadline`` per pass),
+    plus ``STEP_AND_SAVE_ALLOWANCE_S``. SLURM's pre-time-limit signal must come at least this early.
+
+    >>> stop_grace_s(ResponderConfig(responder_deadline=900.0, responder_round_deadline=900.0))
+    1800
+    >>> stop_grace_s(ResponderConfig(responder_deadline=900.0))
+    4500
+    """
+    round_s = responder.responder_round_deadline or (responder.responder_deadline or 0) * RESPONDER_PASSES
+    return int(round_s + STEP_AND_SAVE_ALLOWANCE_S)
+
+
 def _size(n: float) -> str:
     """
     >>> _size(64.3e9), _size(2.5e6)
@@ -258,6 +278,7 @@ def dry_run(
     }
     responder = responder or ResponderConfig()
     report["baseline_cache"] = baseline_cache_status(script_args, responder.score_mode, instances)
+    report["stop_grace_s"] = stop_grace_s(responder)
     if hub_offline():
         report["models_local"] = models_local(script_args, responder.responder_model)
         if launch_checks and report["models_local"].startswith("MISSING"):

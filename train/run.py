@@ -347,6 +347,7 @@ def train(
                 answer_flow_check=script_args.answer_flow_check,
                 answer_flow_credit=script_args.answer_flow_credit,
                 answer_flow_threshold=script_args.answer_flow_threshold,
+                round_deadline=responder_config.responder_round_deadline,
             ),
             open_training_cache(
                 script_args.baseline_cache,

@@ -5,7 +5,7 @@
 #
 # Run it on the node itself from the repository root, or submit it: it needs no srun.
 #   bash configs/slurm/train_1node.sh --max_steps 200                   # extra args go to `memstate train`
-#   sbatch --nodes=1 --gpus-per-node=8 --exclusive --time=48:00:00 --signal=B:USR1@900 --requeue \
+#   sbatch --nodes=1 --gpus-per-node=8 --exclusive --time=48:00:00 --signal=B:USR1@1800 --requeue \
 #     configs/slurm/train_1node.sh                                     # requeues itself at the time limit
 #   TRAIN_GPUS=0,1 RESPONDER_GPUS=2,3 bash configs/slurm/train_1node.sh # other splits; the dry run checks them
 #
@@ -32,7 +32,7 @@ RESPONDER_MAX_LEN=${RESPONDER_MAX_LEN:-12288}
 HEALTH_TIMEOUT_S=${HEALTH_TIMEOUT_S:-1800}
 MONITOR_INTERVAL_S=${MONITOR_INTERVAL_S:-30}
 RESPONDER_FAILURES=${RESPONDER_FAILURES:-4}
-TRAINER_GRACE_S=${TRAINER_GRACE_S:-900}
+TRAINER_GRACE_S=${TRAINER_GRACE_S:-}  # empty: the dry run's stop_grace_s (responder_round_deadline + step and save)
 LOG_DIR=${LOG_DIR:-$REPO/runs/slurm/${SLURM_JOB_ID:-1node-$(date +%Y%m%d-%H%M%S)}}
 STOP_FILE=${STOP_FILE:-$LOG_DIR/stop-requested}
 REQUEUE=${REQUEUE:-1}  # under sbatch: after a time-limit checkpoint, requeue the job (0: just end it)
@@ -69,6 +69,8 @@ if ! "$MEMSTATE" train "${TRAIN_ARGS[@]}" --dry-run --world-size "$NUM_PROCESSES
   echo "error: the dry run refused the launch on $NUM_PROCESSES training GPUs ($TRAIN_GPUS): ${reason#*error: }" >&2
   exit 2
 fi
+# How long a trainer asked to stop may take (the reward round's budget, the step, the save): from the config.
+TRAINER_GRACE_S=${TRAINER_GRACE_S:-$(awk '$1 == "stop_grace_s" {print $2}' "$LOG_DIR/dry-run.txt")}
 echo "launch arithmetic for $NUM_PROCESSES processes (memstate train --dry-run):"
 cat "$LOG_DIR/dry-run.txt"
 

@@ -57,6 +57,16 @@ class ResponderConfig:
             "the waits; past it the prompt is unscorable (see max_unscorable_share in train). None: no bound."
         },
     )
+    responder_round_deadline: float | None = field(
+        default=None,
+        metadata={
+            "help": "Seconds one reward call (a generation round on one rank) may wait on a served responder in all, "
+            "over its passes (fitting, answer flow, baselines, scoring): past it the round is unscorable and "
+            "max_unscorable_share decides (a checkpoint and a stop). Bounds a hung server to one budget, where "
+            "responder_deadline alone allows one per pass. The launch scripts give the watcher this plus the save "
+            "time before they kill a trainer that was asked to stop. None: no round budget."
+        },
+    )
     responder_batch_size: int = field(default=32, metadata={"help": "Prompts per forward pass (in-process)."})
     score_mode: str = field(
         default="likelihood",
@@ -73,7 +83,7 @@ class ResponderConfig:
                 raise ConfigError(f"{name} must be at least 1, got {getattr(self, name)}")
         if self.responder_max_retries < 0:
             raise ConfigError(f"responder_max_retries must be at least 0, got {self.responder_max_retries}")
-        for name in ("responder_timeout", "responder_deadline"):
+        for name in ("responder_timeout", "responder_deadline", "responder_round_deadline"):
             value = getattr(self, name)
             if value is not None and value <= 0:
                 raise ConfigError(f"{name} must be positive, got {value}")

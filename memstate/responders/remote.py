@@ -29,10 +29,13 @@ work: ``make_responder`` calls both.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import json
 import logging
 import threading
+import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 from memstate.chat import CHAT_COMPLETIONS, achat, chat_reply, chat_request
@@ -130,6 +133,21 @@ class OpenAIResponder:
             self._run(self._http.aclose())
             self._loop.call_soon_threadsafe(self._loop.stop)
             self._thread.join(timeout=5)
+
+    @contextlib.contextmanager
+    def round_deadline(self, seconds: float | None, name: str | None = None) -> Iterator[None]:
+        """Inside: no request waits past ``seconds`` from now, whatever its own ``deadline`` left (a reward round's
+        budget, ``responder_round_deadline``); past it every request gives up at once (unscorable). ``name`` names
+        the limit in errors."""
+        if seconds is None:
+            yield
+            return
+        self._http.cutoff = time.monotonic() + seconds
+        self._http.cutoff_name = name or f"the {seconds:g} s round deadline"
+        try:
+            yield
+        finally:
+            self._http.cutoff = None
 
     # ---- health -------------------------------------------------------------------------------------------------
 
