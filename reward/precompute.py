@@ -15,15 +15,20 @@ from __future__ import annotations
 
 import json
 import logging
+import os
+import shutil
+import tempfile
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from tqdm import tqdm
 
 from memstate.data import load_split, split_path
 from memstate.errors import ConfigError
+from memstate.filesystem import network_mount, read_mount_table
 from memstate.parsing import StageParser
 from memstate.responders import Responder, ResponderConfig, make_responder
-from memstate.reward.cache import BaselineCache
+from memstate.reward.cache import BaselineCache, default_local_dir, refuse_unfinished
 from memstate.reward.counterfactual import CounterfactualGainReward, RewardConfig
 from memstate.reward.responder_score import score_mode
 
@@ -56,6 +61,59 @@ def precompute_baselines(
     return counts
 
 
+def refuse_network_filesystem(cache_path: str | Path, mount_table=read_mount_table) -> None:
+    """Precompute writes the file in SQLite's WAL mode, which needs shared memory a network filesystem does not give
+    (training refuses read-write access there for the same reason)."""
+    mount = network_mount(Path(cache_path).expanduser(), mount_table)
+    if mount is not None:
+        raise ConfigError(
+            f"--cache {cache_path} is on a network filesystem ({mount.fstype} at {mount.point}), where SQLite's WAL "
+            "mode fails: precompute into node-local disk and move the finished file there, or run `memstate train "
+            "... --precompute-baselines`, which does both"
+        )
+
+
+def fill_shared_cache(
+    responder: Responder,
+    data_dir: str,
+    splits: list[str],
+    shared: str | Path,
+    mode: str,
+    local_dir: str | Path | None = None,
+    *,
+    mount_table=read_mount_table,
+) -> dict[str, int]:
+    """Make ``shared`` hold every baseline of ``splits``, whatever filesystem it is on: the work happens in a
+    node-local copy (``local_dir``, default ``reward.cache.default_local_dir``) — what ``shared`` held already is
+    copied there first, so only the missing baselines are scored — and the finished, self-contained file is copied
+    next to ``shared`` under a temporary name and renamed onto it (``os.replace``): a reader (a training rank copying
+    it) sees the old file or the new one, never half of one. Nothing is written when nothing was missing."""
+    shared = Path(shared).expanduser()
+    if shared.exists():
+        refuse_unfinished(shared)
+    local_dir = Path(local_dir).expanduser() if local_dir else default_local_dir()
+    local_dir.mkdir(parents=True, exist_ok=True)
+    fd, name = tempfile.mkstemp(dir=local_dir, prefix=f".{shared.stem}.precompute-", suffix=".sqlite")
+    os.close(fd)
+    local = Path(name)
+    try:
+        if shared.exists():
+            shutil.copyfile(shared, local)
+        refuse_network_filesystem(local, mount_table)
+        counts = precompute_baselines(responder, data_dir, splits, str(local), mode)
+        if counts["scored"]:
+            shared.parent.mkdir(parents=True, exist_ok=True)
+            part = shared.with_name(f".{shared.name}.{os.getpid()}.part")
+            shutil.copyfile(local, part)
+            os.replace(part, shared)
+            logger.info("baselines: %d scored now, %d cached before; %s replaced atomically", counts["scored"],
+                        counts["cached_before"], shared)  # fmt: skip
+    finally:
+        for path in (local, *(local.with_name(local.name + s) for s in ("-wal", "-shm", "-journal"))):
+            path.unlink(missing_ok=True)
+    return counts
+
+
 @dataclass
 class PrecomputeArguments:
     """Which baselines to cache, and where. The responder (and its ``score_mode``) is a ``ResponderConfig``."""
@@ -81,6 +139,7 @@ def run(parsed: tuple[PrecomputeArguments, ResponderConfig]) -> int:
     for split in args.split:  # data and responder are checked before the cache file is created
         if not split_path(args.data, split).is_file():
             raise ConfigError(f"--data: {split_path(args.data, split)}: no such split file; build the data first")
+    refuse_network_filesystem(args.cache)
     # A server that is down, or cannot serve the mode's requests, fails here, in one line.
     responder = make_responder(responder_config, likelihood=scoring.likelihood)
     counts = precompute_baselines(

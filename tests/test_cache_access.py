@@ -162,6 +162,12 @@ def test_a_network_filesystem_is_refused_read_write_and_copied_in_auto(tmp_path,
     with caplog.at_level(logging.INFO, logger="memstate.reward"):
         assert open_training_cache(shared, "read-only", tmp_path / "local", mount_table=remote_local).read_only
     assert "baseline_cache_local_dir" in caplog.text and "lustre" in caplog.text
+    # precompute-baselines writes in WAL mode too: refused there, with the way that works
+    from memstate.reward.precompute import refuse_network_filesystem
+
+    with pytest.raises(ConfigError, match=r"on a network filesystem \(nfs4 at .*--precompute-baselines"):
+        refuse_network_filesystem(shared, mounts)
+    refuse_network_filesystem(tmp_path / "local" / "b.sqlite", mounts)  # node-local: fine
 
 
 def test_a_single_local_process_keeps_read_write(tmp_path, caplog):

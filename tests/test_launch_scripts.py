@@ -64,8 +64,12 @@ def test_shellcheck(script):
 # --- the sbatch script on stub SLURM commands ----------------------------------------------------------------------
 
 STUB_SCONTROL = """#!/usr/bin/env bash
-# scontrol show hostnames LIST: the stub allocation is node1..node$STUB_NODES (3 unless told)
-[[ $1 == show && $2 == hostnames ]] && for i in $(seq "${STUB_NODES:-3}"); do echo "node$i"; done
+# scontrol show hostnames LIST: the stub allocation is node1..node$STUB_NODES (3 unless told), or $STUB_HOSTNAMES
+if [[ $1 == show && $2 == hostnames ]]; then
+  if [[ -n ${STUB_HOSTNAMES:-} ]]; then printf '%s\n' $STUB_HOSTNAMES; else
+    for i in $(seq "${STUB_NODES:-3}"); do echo "node$i"; done
+  fi
+fi
 # scontrol requeue JOB: logged
 [[ $1 == requeue ]] && echo "scontrol requeue $2" >>"$STUB_LOG"
 exit 0
@@ -157,8 +161,24 @@ def stub_env(tmp_path, tiny_models, fever_data):
     # The nodes are offline (the scripts' default): the responder's Hub id resolves from HF_HOME's cache, laid out as
     # huggingface_hub lays out a download (refs/main -> snapshots/<commit>/), its files copied from the tiny responder
     cache_hub_model(Path(env["HF_HOME"]), "Qwen/Qwen3-8B", tiny_models["responder"])
-    tiny = ("--policy_model", str(tiny_models["policy"]), "--data_dir", str(fever_data))
+    # Every baseline the run needs is in its cache already (as a served Qwen3-8B gave them): nothing to precompute.
+    cache = tmp_path / "baselines.sqlite"
+    fill_cache(cache, fever_data, "Qwen/Qwen3-8B|{}")
+    tiny = ("--policy_model", str(tiny_models["policy"]), "--data_dir", str(fever_data), "--baseline_cache", str(cache))
     return env, log, tiny
+
+
+def fill_cache(path: Path, data_dir: Path, responder: str) -> None:
+    from memstate.data import load_split
+    from memstate.reward.cache import BaselineCache, CacheKey
+    from memstate.reward.responder_score import Judgement
+
+    cache = BaselineCache(path)
+    instances = [*load_split(data_dir, "train"), *load_split(data_dir, "validation")]
+    cache.put_many(
+        {CacheKey(inst.id, inst.id, responder, "v", "likelihood"): Judgement(0.5, True) for inst in instances}
+    )
+    cache.close(self_contained=True)
 
 
 def cache_hub_model(hf_home: Path, repo_id: str, files: Path) -> Path:
@@ -183,6 +203,40 @@ def test_a_model_missing_from_the_offline_cache_is_refused_before_anything_start
 
 def run_sbatch(env: dict, *args: str, timeout: float = 120) -> subprocess.CompletedProcess:
     return subprocess.run(["bash", str(SBATCH), *args], env=env, capture_output=True, text=True, timeout=timeout)
+
+
+def test_the_first_day_the_launch_fills_a_missing_baseline_cache_once_the_responder_is_up(stub_env, tmp_path):
+    """No baseline cache: the dry run counts what is missing, the responder starts and answers /health, the
+    baselines are scored by the batch host against it (node-local, then renamed onto the path) and training starts;
+    the job submitted again finds nothing missing and scores nothing."""
+    from fake_openai_server import FaultyOpenAIServer
+
+    from memstate.data import load_split
+
+    env, log, tiny = stub_env
+    cache_hub_model(Path(env["HF_HOME"]), "fake-responder", Path(tiny[1]).parent / "responder")
+    data_dir = Path(tiny[tiny.index("--data_dir") + 1])
+    total = len(load_split(data_dir, "train")) + len(load_split(data_dir, "validation"))
+    cache = tmp_path / "shared" / "baselines.sqlite"
+    args = [*tiny[: tiny.index("--baseline_cache")], "--baseline_cache", str(cache),
+            "--baseline_cache_local_dir", str(tmp_path / "node-local")]  # fmt: skip
+    with FaultyOpenAIServer() as server:
+        env |= {"STUB_HOSTNAMES": "127.0.0.1 node2 node3", "RESPONDER_PORT": str(server.port),
+                "RESPONDER_MODEL": "fake-responder"}  # fmt: skip
+        first = run_sbatch(env, *args)
+        requests = server.counts["ok"]
+        again = run_sbatch(env | {"LOG_DIR": str(tmp_path / "logs-2")}, *args)
+    assert first.returncode == 0, first.stdout + first.stderr
+    assert f"baseline_cache_missing                {total}\n" in first.stdout
+    out = first.stdout
+    assert out.index("responder healthy") < out.index(f"baseline_cache lacks {total} baselines: precomputing")
+    assert f'"instances": {total}, "scored": {total}' in out
+    assert cache.is_file() and not list(cache.parent.glob("*-wal")) and not list(cache.parent.glob(".*part"))
+    assert not list((tmp_path / "node-local").glob("*.sqlite")), "the node-local copy is removed"
+    assert requests >= total and any(line.startswith("accelerate launch") for line in log.read_text().splitlines())
+    # Resubmitted: the cache holds them all now
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert "baseline_cache_missing                0\n" in again.stdout and "precomputing" not in again.stdout
 
 
 def test_sbatch_starts_the_responder_then_one_accelerate_per_training_node(stub_env, tmp_path):

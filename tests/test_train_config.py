@@ -56,18 +56,29 @@ def test_dry_run_reports_the_baseline_cache_for_the_split(tiny_models, fever_dat
 
     tiny = ["--policy_model", str(tiny_models["policy"]), "--data_dir", str(fever_data)]
     cache = tmp_path / "baselines.sqlite"
+    # Training asks for the train split's baselines and, as it validates, the validation split's.
+    total = len(load_split(fever_data, "train")) + len(load_split(fever_data, "validation"))
     report = _dry_run_report(capsys, *tiny, "--baseline_cache", str(cache))
     assert (
-        report["baseline_cache"].startswith(f"{cache}: missing") and "precompute-baselines" in report["baseline_cache"]
+        report["baseline_cache"].startswith(f"{cache}: missing")
+        and "--precompute-baselines" in report["baseline_cache"]
     )
+    assert report["baseline_cache_missing"] == str(total)
     train = load_split(fever_data, "train")
     db = BaselineCache(cache)
-    db.put_many({CacheKey(f"d{i}", inst.id, "resp", "v", "likelihood"): Judgement(0.5, True)
+    served = "Qwen/Qwen3-8B|{}|root=Qwen/Qwen3-8B"  # an identity as a served responder gives it
+    db.put_many({CacheKey(f"d{i}", inst.id, served, "v", "likelihood"): Judgement(0.5, True)
                  for i, inst in enumerate(train[:5])})  # fmt: skip
-    db.put_many({CacheKey("other-mode", train[5].id, "resp", "v", "exact"): Judgement(1.0, True)})
+    db.put_many({CacheKey("other-mode", train[5].id, served, "v", "exact"): Judgement(1.0, True)})
+    db.put_many(
+        {CacheKey("other-responder", train[6].id, "Qwen/Qwen3-8B-FP8|{}", "v", "likelihood"): Judgement(1.0, True)}
+    )
     db.close(self_contained=True)
     report = _dry_run_report(capsys, *tiny, "--baseline_cache", str(cache), "--score_mode", "likelihood")
-    assert report["baseline_cache"].startswith(f"{cache}: 5 of {len(train)} train instances have a likelihood baseline")
+    assert report["baseline_cache"].startswith(
+        f"{cache}: 5 of {total} instances have a likelihood baseline from Qwen/Qwen3-8B"
+    )
+    assert report["baseline_cache_missing"] == str(total - 5)
     (tmp_path / "baselines.sqlite-wal").write_bytes(b"")
     report = _dry_run_report(capsys, *tiny, "--baseline_cache", str(cache), "--score_mode", "likelihood")
     assert "-wal next to it: unfinished" in report["baseline_cache"]

@@ -372,12 +372,12 @@ def check_validation_settings(config: GRPOConfig) -> None:
 
 
 class TrainParser(StageParser):
-    """``--dry-run`` relaxes only device and precision, so a GPU config validates on CPU (the arithmetic does not
-    use them)."""
+    """``--dry-run`` and ``--precompute-baselines`` relax only device and precision, so a GPU config runs them on a
+    host without a free GPU (neither uses them: the arithmetic, and a served responder's baselines)."""
 
     def parse_args_and_config(self, args: list[str] | None = None, **kwargs) -> tuple:  # type: ignore[override]
         args = list(args or [])
-        if "--dry-run" in args or "--dry_run" in args:
+        if {"--dry-run", "--dry_run", "--precompute-baselines", "--precompute_baselines"} & set(args):
             args += ["--use_cpu", "true", "--bf16", "false"]
         return super().parse_args_and_config(args, **kwargs)
 
@@ -406,6 +406,13 @@ def make_parser(prog: str | None = None) -> TrainParser:
     )
     parser.add_argument(
         "--world-size", "--world_size", type=int, help="Processes the dry run assumes (default: $WORLD_SIZE or 1)."
+    )
+    parser.add_argument(
+        "--precompute-baselines",
+        "--precompute_baselines",
+        action="store_true",
+        help="Only fill baseline_cache with the baselines this run will need (train split, and validation split when "
+        "validating), node-local then renamed onto its path; the launch scripts run it once the responder is up.",
     )
     parser.add_argument(
         "--launch-checks",

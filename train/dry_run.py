@@ -105,33 +105,38 @@ def hub_files_unavailable(policy_model: str) -> str | None:
     return None
 
 
-def baseline_cache_status(script_args: MemstateTrainArguments, mode: str, instances: list) -> str:
-    """Whether ``baseline_cache`` exists and how many of the split's instances it holds a baseline for in this score
-    mode (by instance id: the exact request and responder are matched when training reads it).
+def baseline_cache_status(
+    script_args: MemstateTrainArguments, responder: ResponderConfig, instances: list
+) -> tuple[str, int | None]:
+    """Whether ``baseline_cache`` exists, and how many of ``instances`` (the train split, and the validation split
+    when validating) it lacks a baseline for, in this score mode and from this responder (by instance id and
+    responder name: training matches the exact request when it reads it). ``None``: no cache is configured.
 
     >>> from types import SimpleNamespace
-    >>> baseline_cache_status(SimpleNamespace(baseline_cache=None), "exact", [])
-    'none (baselines scored in training, kept in memory)'
+    >>> baseline_cache_status(SimpleNamespace(baseline_cache=None), ResponderConfig(), [])
+    ('none (baselines scored in training, kept in memory)', None)
     """
     if not script_args.baseline_cache:
-        return "none (baselines scored in training, kept in memory)"
+        return "none (baselines scored in training, kept in memory)", None
     path = Path(script_args.baseline_cache).expanduser()
     if not path.is_file():
-        return (f"{path}: missing; a run of several processes (or on a network filesystem) refuses it: fill it first "
-                f"with memstate reward precompute-baselines --data {script_args.data_dir} --cache {path} and the "
-                "responder's settings")  # fmt: skip
+        text = (f"{path}: missing; the launch scripts fill it once the responder is up (memstate train ... "
+                "--precompute-baselines); a run of several processes refuses to start without it")  # fmt: skip
+        return text, len(instances)
     unfinished = [s for s in ("-wal", "-journal") if path.with_name(path.name + s).exists()]
+    name, mode = responder.responder_model or "", responder.score_mode
     try:
         with contextlib.closing(sqlite3.connect(f"file:{path}?mode=ro", uri=True)) as db:
-            rows = db.execute("SELECT instance_id FROM baseline_scores WHERE mode = ?", (mode,)).fetchall()
-            responders = [r for (r,) in db.execute("SELECT DISTINCT responder FROM baseline_scores LIMIT 3")]
+            query = ("SELECT instance_id FROM baseline_scores WHERE mode = ? AND (responder = ? OR "
+                     "substr(responder, 1, ?) = ?)")  # fmt: skip
+            rows = db.execute(query, (mode, name, len(name) + 1, f"{name}|")).fetchall()
     except sqlite3.Error as e:
-        return f"{path}: not a readable baseline cache ({e})"
+        return f"{path}: not a readable baseline cache ({e})", len(instances)
     held = {r for (r,) in rows}
     have = sum(inst.id in held for inst in instances)
     note = f"; {' and '.join(unfinished)} next to it: unfinished, training refuses it" if unfinished else ""
-    return (f"{path}: {have} of {len(instances)} {script_args.train_split} instances have a {mode} baseline "
-            f"(responders {', '.join(responders) or 'none'}){note}")  # fmt: skip
+    return (f"{path}: {have} of {len(instances)} instances have a {mode} baseline from {name or 'this responder'}"
+            f"{note}"), len(instances) - have  # fmt: skip
 
 
 def models_local(script_args: MemstateTrainArguments, responder_model: str | None) -> str:
@@ -277,7 +282,14 @@ def dry_run(
         "max_completion_length": config.max_completion_length,
     }
     responder = responder or ResponderConfig()
-    report["baseline_cache"] = baseline_cache_status(script_args, responder.score_mode, instances)
+    scored = instances
+    if config.eval_strategy != "no":
+        scored = [
+            *instances,
+            *(validation_instances(script_args.data_dir, script_args.validation_split, None, 0) or []),
+        ]
+    report["baseline_cache"], missing = baseline_cache_status(script_args, responder, scored)
+    report["baseline_cache_missing"] = "-" if missing is None else missing
     report["stop_grace_s"] = stop_grace_s(responder)
     if hub_offline():
         report["models_local"] = models_local(script_args, responder.responder_model)

@@ -97,6 +97,19 @@ trap 'echo "stop requested (SIGUSR1): asking the trainer to checkpoint and stop"
 
 wait_for_responder
 
+# --- baselines: what the dry run found missing from baseline_cache is scored now, once, by this host -------------
+# (node-local, then renamed onto the shared path: memstate train --precompute-baselines; training's ranks only read it)
+MISSING_BASELINES=$(awk '$1 == "baseline_cache_missing" {print $2}' "$LOG_DIR/dry-run.txt")
+if [[ $MISSING_BASELINES =~ ^[0-9]+$ ]] && ((MISSING_BASELINES > 0)); then
+  echo "baseline_cache lacks $MISSING_BASELINES baselines: precomputing them (log: $LOG_DIR/precompute.txt)"
+  if ! "$MEMSTATE" train "${TRAIN_ARGS[@]}" --precompute-baselines >"$LOG_DIR/precompute.txt" 2>&1; then
+    echo "error: precomputing the baselines failed; last lines of $LOG_DIR/precompute.txt:" >&2
+    tail -n 20 "$LOG_DIR/precompute.txt" >&2
+    exit 1
+  fi
+  tail -n 1 "$LOG_DIR/precompute.txt"
+fi
+
 # --- training on its GPUs ---------------------------------------------------------------------------------------
 CUDA_VISIBLE_DEVICES=$TRAIN_GPUS "$VENV/bin/accelerate" launch --config_file "$ACCELERATE_CONFIG" \
   --num_machines 1 --num_processes "$NUM_PROCESSES" --main_process_port "$MAIN_PROCESS_PORT" \
