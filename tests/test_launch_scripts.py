@@ -239,6 +239,30 @@ def test_the_first_day_the_launch_fills_a_missing_baseline_cache_once_the_respon
     assert "baseline_cache_missing                0\n" in again.stdout and "precomputing" not in again.stdout
 
 
+def test_a_job_resubmitted_on_another_node_count_is_refused_before_anything_starts(stub_env, tmp_path):
+    """The run's last checkpoint was saved by 2 training nodes (16 processes, ZeRO-3): the same job on 4 training nodes
+    is refused by the dry run in one line naming both ways on; on 2 it continues from it (--resume auto)."""
+    from memstate.checkpoint import CheckpointMetadata
+
+    env, log, tiny = stub_env
+    run = tmp_path / "run"
+    checkpoint = run / "checkpoint-50"
+    checkpoint.mkdir(parents=True)
+    (checkpoint / "trainer_state.json").write_text("{}")
+    CheckpointMetadata("v", "p", "Qwen/Qwen3-8B", "likelihood", 8192, 512, "data", world_size=16,
+                       zero_stage=3).write(checkpoint)  # fmt: skip
+    args = [*tiny, "--output_dir", str(run)]
+    refused = run_sbatch(env | {"STUB_NODES": "5"}, *args)
+    assert refused.returncode == 2, refused.stdout + refused.stderr
+    error = refused.stderr.strip().splitlines()
+    assert len(error) == 1 and "saved by 16 processes under DeepSpeed ZeRO-3, this launch has 32" in error[0], error
+    assert f"--policy_model {checkpoint} --output_dir" in error[0]
+    assert not log.exists() or "srun" not in log.read_text(), "nothing may start"
+    resumed = run_sbatch(env, *args)
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    assert f"resume                                from {checkpoint}, saved by 16 processes" in resumed.stdout
+
+
 def test_sbatch_starts_the_responder_then_one_accelerate_per_training_node(stub_env, tmp_path):
     env, log, tiny = stub_env
     proc = run_sbatch(env, "--max_steps", "7", *tiny)
