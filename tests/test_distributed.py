@@ -132,7 +132,9 @@ def run(request, tiny_models, fever_data, tmp_path_factory):
     # DeepSpeed's batch arithmetic (filled from the Trainer's "auto" values) must agree with the rebuilt config.
     # ZeRO-3 runs the shared-prefix path's no-gradient forwards (old-policy, reference) through a FlexAttention block
     # mask, its parameters gathered per layer (on CPU the gradient pass keeps the dense mask: no flex backward).
-    extra = ("--format_warmup_steps", "2") if request.param == "zero2" else ("--completions_per_step", "16")
+    # ZeRO-2 also checks the shared-prefix path's gradients against TRL's on the live batch (parameters are whole).
+    extra = ("--format_warmup_steps", "2", "--shared_prefix_check", "gradients") if request.param == "zero2" else (
+        "--completions_per_step", "16")  # fmt: skip
     extra += ("--shared_prefix_attention", "flex") if request.param == "zero3" else ()
     cmd = launch_command(request.param, tiny_models["policy"], tiny_models["responder"], fever_data, output_dir, *extra)
     return launch(cmd, output_dir), cmd, output_dir
@@ -146,6 +148,9 @@ def test_launch_completes(run):
     proc, cmd, output_dir = run
     assert proc.returncode == 0, explain(proc, cmd)
     assert f"final model: {output_dir / 'final'}" in proc.stdout, explain(proc, cmd)
+    if "--shared_prefix_check" in cmd:  # the gradient check ran under DeepSpeed, and passed
+        assert "shared-prefix check: gradients worst relative difference" in proc.stdout, explain(proc, cmd)
+        assert "first-use check failed" not in proc.stdout, explain(proc, cmd)
 
 
 def test_checkpoints_record_the_shape_a_resume_must_match(run):

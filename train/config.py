@@ -203,7 +203,8 @@ class MemstateTrainArguments:
         default="logps",
         metadata={
             "help": "First-use self-check of the shared-prefix path against TRL's on the live batch: per-token "
-            "log-probs ('logps'), also parameter gradients ('gradients'; not under DeepSpeed), or none ('off'). A "
+            "log-probs ('logps'), also parameter gradients ('gradients'; under DeepSpeed ZeRO-1/2, not ZeRO-3), or "
+            "none ('off'). A "
             "mismatch turns the path off for the run, logged."
         },
     )

@@ -12,7 +12,9 @@ backward of a weighted sum of the completion tokens' log-probs: what GRPO's loss
 - ``split``: the same row, the prompt and the completions in separate SDPA calls with no row mask.
 
 Each: seconds per pass (median of ``--repeats`` after a warm-up), peak GPU memory, the mask's bytes, and for
-each packed path the mean and max |Δ log-prob| against stock (without gradients). JSON to
+each packed path the mean and max |Δ log-prob| against stock (without gradients) and its parameter gradients against
+stock's (``grad_rel_diff`` over the whole gradient, the worst tensor's, the cosine): a wrong backward through a mask
+would leave the log-probs equal and the update wrong. JSON to
 ``benchmarks/results/shared_prefix_gpu.json`` with the GPU's name. ``--dtype float32 --repeats 0`` checks the
 agreement alone without bf16's rounding (``shared_prefix_gpu_fp32.json``; P = 2048 only: fp32 SDPA has no fused
 kernel for the stock reference at 8192, whose math path asks for 68 GiB). ``--dry-run``: a tiny model and lengths
@@ -99,6 +101,41 @@ def packed_logps(model, input_ids, completion_len: int, attention: str) -> tuple
     return out.view(packed.batch_shape), packed_mask_bytes(packed, attention)
 
 
+def parameter_gradients(model, logps_of, weights: torch.Tensor) -> list[torch.Tensor | None]:
+    """The parameters' gradients of ``(logps_of() * weights).sum()`` (a linear loss of the log-probs, as GRPO's is),
+    copied out; the model's ``.grad`` left empty."""
+    model.zero_grad(set_to_none=True)
+    (logps_of() * weights).sum().backward()
+    grads = [None if p.grad is None else p.grad.detach().clone() for p in model.parameters()]
+    model.zero_grad(set_to_none=True)
+    return grads
+
+
+def gradient_agreement(model, logps_of, weights: torch.Tensor, reference: list[torch.Tensor | None]) -> dict:
+    """How far this path's parameter gradients are from the stock path's: the whole gradient's relative difference
+    (||g - g_stock|| / ||g_stock|| over every parameter) and the worst tensor's, and the cosine between the two."""
+    model.zero_grad(set_to_none=True)
+    (logps_of() * weights).sum().backward()
+    diff_sq = ref_sq = dot = got_sq = 0.0
+    worst = 0.0
+    for param, ref in zip(model.parameters(), reference, strict=True):
+        got = param.grad
+        if ref is None or got is None:
+            continue
+        ref32, got32 = ref.double(), got.double()  # float64 sums: a cosine of 1 + 2e-6 is rounding
+        d = (got32 - ref32).norm().item()
+        r = ref32.norm().item()
+        diff_sq, ref_sq, got_sq, dot = diff_sq + d * d, ref_sq + r * r, got_sq + got32.norm().item() ** 2, (
+            dot + (got32 * ref32).sum().item())  # fmt: skip
+        worst = max(worst, d / max(r, 1e-12))
+    model.zero_grad(set_to_none=True)
+    return {
+        "grad_rel_diff": diff_sq**0.5 / max(ref_sq**0.5, 1e-12),
+        "grad_worst_tensor_rel_diff": worst,
+        "grad_cosine": dot / max((ref_sq * got_sq) ** 0.5, 1e-30),
+    }
+
+
 def measure(run, repeats: int, device: torch.device) -> dict:
     """Seconds (median) and peak memory of ``run()``, after a warm-up that also compiles what needs compiling."""
     cuda = device.type == "cuda"
@@ -149,6 +186,25 @@ def check_setting(
             diff = (logps - reference).abs()
             paths[name] = {"mask_bytes": nbytes, "logp_mean_abs_diff": diff.mean().item(),
                            "logp_max_abs_diff": diff.max().item()}  # fmt: skip
+
+    # The gradients: what GRPO's update follows. A wrong backward through a mask (flex's block-sparse kernel above
+    # all) would leave the forward log-probs equal and the update wrong.
+    grad_paths = [name for name in PACKED + (PLANTED if planted else ())
+                  if "error" not in paths[name] and (backward_flex or name != "flex")]  # fmt: skip
+    if grad_paths:
+        reference_grads = parameter_gradients(model, lambda: stock_logps(model, input_ids, completion_len, "sdpa"),
+                                              weights)  # fmt: skip
+        for name in grad_paths:
+            try:
+                paths[name] |= gradient_agreement(model, lambda name=name: packed_logps(
+                    model, input_ids, completion_len, name)[0], weights, reference_grads)  # fmt: skip
+            except Exception as error:
+                paths[name]["gradient_error"] = failure(error)
+                model.zero_grad(set_to_none=True)
+        del reference_grads
+    for name in PACKED:
+        if name not in grad_paths and "error" not in paths[name]:
+            paths[name]["gradient"] = "not compared: torch has no FlexAttention backward on CPU"
 
     for name in PLANTED:
         if name in paths:
