@@ -34,3 +34,29 @@ def test_the_gpu_check_runs_dry_on_cpu_and_its_paths_agree(tmp_path):
     assert "no FlexAttention backward on CPU" in paths["flex"]["gradient"]
     for name in planted:
         assert paths[name]["grad_rel_diff"] > 1e-2, paths[name]
+
+
+def test_the_grpo_step_benchmark_runs_dry_on_cpu_through_every_phase(tmp_path):
+    """benchmarks/gpu/grpo_step.py --dry-run: the production config's GRPO step through memstate's trainer and reward
+    (tiny models, short lengths, CPU): both paths train two steps, the shared-prefix one's first-use check compares
+    log-probs and gradients with TRL's, the reward calls the responder for every distinct state, one validation
+    pass; the JSON holds every phase."""
+    out = tmp_path / "grpo_step.json"
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks/gpu/grpo_step.py"), "--dry-run", "--out", str(out),
+         "--work", str(tmp_path / "work")],
+        cwd=ROOT, capture_output=True, text=True, timeout=900,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    result = json.loads(out.read_text())
+    phases = result["phases"]
+    assert set(phases) == {"models", "generate", "train_flex", "validation", "train_stock"}
+    flex, stock = phases["train_flex"], phases["train_stock"]
+    for phase in (flex, stock):
+        assert len(phase["steps"]) == 2 and phase["steady_step_seconds"] > 0 and "error" not in phase, phase
+        # every step's states passed the gates and were scored: a with-state and a no-memory prompt per state
+        assert all(n >= 2 * phase["completions_per_micro_batch"] for n in phase["responder_prompts"]), phase
+    assert flex["logp_mean_abs_diff"] <= 1e-4 and flex["grad_worst_rel_diff"] <= 1e-4, flex  # fp32 on CPU
+    assert "shared-prefix training: split" in flex["shared_prefix_messages"]
+    assert phases["validation"]["states"] > 0 and phases["generate"]["new_tokens"] > 0
+    assert result["stock_over_shared_prefix_step_time"] > 0
