@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import stat
@@ -205,38 +206,71 @@ def run_sbatch(env: dict, *args: str, timeout: float = 120) -> subprocess.Comple
     return subprocess.run(["bash", str(SBATCH), *args], env=env, capture_output=True, text=True, timeout=timeout)
 
 
-def test_the_first_day_the_launch_fills_a_missing_baseline_cache_once_the_responder_is_up(stub_env, tmp_path):
-    """No baseline cache: the dry run counts what is missing, the responder starts and answers /health, the
-    baselines are scored by the batch host against it (node-local, then renamed onto the path) and training starts;
-    the job submitted again finds nothing missing and scores nothing."""
+# accelerate for the first-day test: the real trainer, in one process (the launcher's own flags dropped).
+REAL_TRAINER = """#!/usr/bin/env bash
+echo "accelerate $*" >>"$STUB_LOG"
+while [[ $# -gt 0 && $1 != -m ]]; do shift; done
+shift
+exec "$STUB_PYTHON" -m "$@"
+"""
+
+
+def test_the_first_day_of_a_run_with_the_real_trainer(stub_env, tmp_path):
+    """The first day on stub SLURM with the real trainer and a vLLM-compatible responder: no baseline cache -> the
+    launch fills it once the responder is up and training runs to its end; a save cut off, the job resubmitted ->
+    --resume auto sets the broken checkpoint aside and continues from the last complete one; the responder then
+    hangs (accepts connections, never answers) -> the run checkpoints and stops within the round budget, exit 3,
+    stopped.json naming the cause."""
     from fake_openai_server import FaultyOpenAIServer
 
-    from memstate.data import load_split
-
     env, log, tiny = stub_env
+    write_exe(Path(env["VENV"]) / "bin" / "accelerate", REAL_TRAINER)
     cache_hub_model(Path(env["HF_HOME"]), "fake-responder", Path(tiny[1]).parent / "responder")
-    data_dir = Path(tiny[tiny.index("--data_dir") + 1])
-    total = len(load_split(data_dir, "train")) + len(load_split(data_dir, "validation"))
-    cache = tmp_path / "shared" / "baselines.sqlite"
-    args = [*tiny[: tiny.index("--baseline_cache")], "--baseline_cache", str(cache),
-            "--baseline_cache_local_dir", str(tmp_path / "node-local")]  # fmt: skip
+    run, cache = tmp_path / "run", tmp_path / "shared" / "baselines.sqlite"
+    args = [*tiny[: tiny.index("--baseline_cache")], "--baseline_cache", str(cache), "--output_dir", str(run),
+            "--baseline_cache_local_dir", str(tmp_path / "node-local"),
+            "--save_steps", "1", "--logging_steps", "1", "--report_to", "none", "--eval_strategy", "no",
+            "--responder_timeout", "30", "--responder_max_retries", "1", "--responder_deadline", "30",
+            "--responder_round_deadline", "3", "--shared_prefix_check", "off",
+            # enough warm-up for most states to pass the format gate, so rounds need the responder
+            "--format_warmup_steps", "20", "--format_warmup_lr_scheduler_type", "constant",
+            "--temperature", "0.7"]  # fmt: skip
     with FaultyOpenAIServer() as server:
-        env |= {"STUB_HOSTNAMES": "127.0.0.1 node2 node3", "RESPONDER_PORT": str(server.port),
-                "RESPONDER_MODEL": "fake-responder"}  # fmt: skip
-        first = run_sbatch(env, *args)
-        requests = server.counts["ok"]
-        again = run_sbatch(env | {"LOG_DIR": str(tmp_path / "logs-2")}, *args)
-    assert first.returncode == 0, first.stdout + first.stderr
-    assert f"baseline_cache_missing                {total}\n" in first.stdout
-    out = first.stdout
-    assert out.index("responder healthy") < out.index(f"baseline_cache lacks {total} baselines: precomputing")
-    assert f'"instances": {total}, "scored": {total}' in out
-    assert cache.is_file() and not list(cache.parent.glob("*-wal")) and not list(cache.parent.glob(".*part"))
-    assert not list((tmp_path / "node-local").glob("*.sqlite")), "the node-local copy is removed"
-    assert requests >= total and any(line.startswith("accelerate launch") for line in log.read_text().splitlines())
-    # Resubmitted: the cache holds them all now
-    assert again.returncode == 0, again.stdout + again.stderr
-    assert "baseline_cache_missing                0\n" in again.stdout and "precomputing" not in again.stdout
+        env |= {"STUB_HOSTNAMES": "127.0.0.1 node2", "GPUS_PER_NODE": "1", "RESPONDER_PORT": str(server.port),
+                "RESPONDER_MODEL": "fake-responder", "TRAIN_CONFIG": "configs/train/tiny_cpu.yaml",
+                "STUB_PYTHON": sys.executable, "WANDB_MODE": "disabled"}  # fmt: skip
+        day = run_sbatch(env, *args, "--max_steps", "3", timeout=300)
+        assert day.returncode == 0, day.stdout[-3000:] + day.stderr[-3000:]
+        # the dry run counted them, the batch host scored them once /health answered, then training started
+        out = day.stdout
+        total = int(re.search(r"^baseline_cache_missing +(\d+)$", out, re.M)[1])
+        assert out.index("responder healthy") < out.index(f"baseline_cache lacks {total} baselines: precomputing")
+        assert f'"instances": {total}, "scored": {total}' in out and total > 100
+        assert cache.is_file() and not list(cache.parent.glob("*-wal")) and not list(cache.parent.glob(".*part"))
+        assert not list((tmp_path / "node-local").glob("*.sqlite")), "the node-local copy is removed"
+        assert (run / "final" / "memstate.json").is_file() and (run / "checkpoint-3" / "trainer_state.json").is_file()
+        # The job was killed while saving step 3: its weights are there, trainer_state.json is not.
+        (run / "checkpoint-3" / "trainer_state.json").unlink()
+        complete = max(int(p.parent.name.split("-")[1]) for p in run.glob("checkpoint-*/trainer_state.json"))
+        env |= {"LOG_DIR": str(tmp_path / "logs-2")}
+        proc = subprocess.Popen(["bash", str(SBATCH), *args, "--max_steps", "8"], env=env, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True)  # fmt: skip
+        deadline = time.monotonic() + 240
+        while not (run / "checkpoint-4" / "trainer_state.json").is_file():  # resumed, and a step past it done
+            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+            time.sleep(0.1)
+        server.stall, server.stall_s = 1.0, 600.0  # hung: connections accepted, no reply
+        hung = time.monotonic()
+        out, err = proc.communicate(timeout=240)
+        stopped_within = time.monotonic() - hung
+    assert proc.returncode == 3, out[-3000:] + err[-3000:]
+    assert re.search(r"^baseline_cache_missing +0$", out, re.M) and "precomputing" not in out  # filled on day one
+    assert (run / "incomplete-checkpoint-3" / "model.safetensors").is_file()  # set aside, not resumed from
+    assert re.search(rf"^resume +from {re.escape(str(run / f'checkpoint-{complete}'))},", out, re.M), out[:3000]
+    assert stopped_within < 60, stopped_within  # the round's 3 s budget, not 30 s per request and pass
+    stopped = json.loads((run / "stopped.json").read_text())
+    assert "3 s round deadline" in stopped["reason"] and stopped["step"] >= 4, stopped
+    assert (run / f"checkpoint-{stopped['step']}" / "trainer_state.json").is_file()
 
 
 def test_a_job_resubmitted_on_another_node_count_is_refused_before_anything_starts(stub_env, tmp_path):

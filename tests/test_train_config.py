@@ -59,6 +59,9 @@ def test_dry_run_reports_the_baseline_cache_for_the_split(tiny_models, fever_dat
     # Training asks for the train split's baselines and, as it validates, the validation split's.
     total = len(load_split(fever_data, "train")) + len(load_split(fever_data, "validation"))
     report = _dry_run_report(capsys, *tiny, "--baseline_cache", str(cache))
+    # with the Hub on here, the offline check still says what the nodes would lack
+    offline_check = report["models_local"]
+    assert offline_check.startswith("MISSING: responder Qwen/Qwen3-8B") and "is not set here" in offline_check
     assert (
         report["baseline_cache"].startswith(f"{cache}: missing")
         and "--precompute-baselines" in report["baseline_cache"]
@@ -197,6 +200,8 @@ def test_dry_run_without_the_hub_checks_what_it_can_and_says_what_it_could_not(f
     report = dict(line.split(None, 1) for line in capsys.readouterr().out.strip().splitlines())
     assert report["completions_per_optimizer_step"] == "1024" and report["vllm"] == "colocate"
     assert "Qwen/Qwen3-4B-Instruct-2507" in report["not_checked"] and "KV cache" in report["not_checked"]
+    # the offline check: neither model resolves from this HF_HOME
+    assert report["models_local"].startswith("MISSING: policy Qwen/Qwen3-4B-Instruct-2507 is not in ")
     assert "prompt_tokens_max" not in report and "kv_cache_kib_per_token" not in report
 
 

@@ -291,10 +291,12 @@ def dry_run(
     report["baseline_cache"], missing = baseline_cache_status(script_args, responder, scored)
     report["baseline_cache_missing"] = "-" if missing is None else missing
     report["stop_grace_s"] = stop_grace_s(responder)
-    if hub_offline():
-        report["models_local"] = models_local(script_args, responder.responder_model)
-        if launch_checks and report["models_local"].startswith("MISSING"):
-            raise ConfigError(f"HF_HUB_OFFLINE is set and {report['models_local'][len('MISSING: ') :]}")
+    # Whether the nodes could load the models with the Hub off (the launch scripts' default), wherever this runs.
+    report["models_local"] = models_local(script_args, responder.responder_model)
+    if not hub_offline():
+        report["models_local"] += " (HF_HUB_OFFLINE is not set here: a missing model would be downloaded)"
+    elif launch_checks and report["models_local"].startswith("MISSING"):
+        raise ConfigError(f"HF_HUB_OFFLINE is set and {report['models_local'][len('MISSING: ') :]}")
     unavailable = hub_files_unavailable(script_args.policy_model)
     if unavailable:
         unchecked = "prompt token counts, chat template, shared-prefix saving, KV cache per token, checkpoint size"
