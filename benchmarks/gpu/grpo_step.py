@@ -27,13 +27,15 @@ One optimizer step here is ``--micro-batches`` micro-batches (default 2: 32 comp
 production step over 8 GPUs: per-micro-batch figures carry over, a whole step is that many times longer. Planned to
 run start to finish in under 10 minutes of an H200 (about 40 GB of checkpoints written and read back).
 
-On the device (torch, transformers, accelerate and peft are there; TRL, datasets and their two missing needs are
-carried as wheels, ~2 MB, with memstate's own):
+On the device (torch, transformers, accelerate and peft are there; TRL's closure beyond them, measured on
+2026-12-06, is trl 1.16.0 (0.95 MB), datasets 5.2.0 (0.61 MB; needs pyarrow >= 24, which the image's pyarrow must
+meet, else carry pyarrow's ~42 MB wheel too), dill 0.4.1 (0.12 MB) and multiprocess 0.70.19 (0.15 MB): ~1.8 MB
+of wheels, carried with memstate's own):
 
     echo /.whl/ >> .git/info/exclude && rm -rf .whl && .venv/bin/pip wheel --no-deps -q -w .whl . && \\
     python3 -m pip download --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \\
       --platform manylinux_2_28_x86_64 --platform manylinux2014_x86_64 -d .whl \\
-      trl==1.16.0 datasets==4.4.1 dill==0.4.0 multiprocess==0.70.18
+      trl==1.16.0 datasets==5.2.0 dill==0.4.1 multiprocess==0.70.19
     # then, there (carry .whl):
     python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/*.whl && \\
       PYTHONPATH=/tmp/site python3 benchmarks/gpu/grpo_step.py
