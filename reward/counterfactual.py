@@ -219,13 +219,11 @@ class CounterfactualGainReward:
                 batch.base = self._baselines(batch.shown)
             if batch.to_score and not batch.base:
                 batch.failed = "baselines: no reply"
-        if not self._round_failed(batch, budget, "baselines"):
+        if self._round_failed(batch, budget, "baselines"):
+            self._score(batch, skip=True)  # counts what is unscorable; sends nothing
+        else:
             with timers("score"), budget():
                 self._score(batch)
-        else:
-            batch.n_needed = batch.n_unscorable = sum(len(idx) for idx in batch.to_score.values())
-            batch.n_needed += batch.n_flow_unscorable
-            batch.n_unscorable += batch.n_flow_unscorable
         with timers("credit"):
             self._credit(batch)
         with timers("audit"):
@@ -302,12 +300,13 @@ class CounterfactualGainReward:
             b.failed = f"{after}: the {self.config.round_deadline:g} s round deadline passed"
         return b.failed is not None
 
-    def _score(self, b: _Batch) -> None:
+    def _score(self, b: _Batch, skip: bool = False) -> None:
         """One with-state responder prompt per distinct (instance, state) still standing; gain = its score minus the
-        no-state baseline's. Completions whose answer-flow measure failed are unscorable too."""
+        no-state baseline's. Completions whose answer-flow measure failed are unscorable too, and with ``skip`` (an
+        earlier pass failed) all of them, with no prompt sent."""
         # completions whose reward needs the responder
         b.n_needed = sum(len(idx) for idx in b.to_score.values()) + b.n_flow_unscorable
-        groups = [idx for (inst_id, _), idx in b.to_score.items() if inst_id in b.base]
+        groups = [] if skip else [idx for (inst_id, _), idx in b.to_score.items() if inst_id in b.base]
         b.n_unscorable = b.n_needed - sum(len(idx) for idx in groups)
         if not groups:
             return

@@ -222,6 +222,27 @@ def train_argv(tiny_models, fever_data, out: Path, url: str) -> list[str]:
     ]  # fmt: skip
 
 
+def fail_after_first_step(argv, server, out: Path, logs: tuple[Path, Path], env, fault) -> tuple[int, float]:
+    """Train (``argv``) against ``server`` until checkpoint-1 is saved, then ``fault()`` the server; the run's exit
+    code and the seconds from the fault to its end."""
+    argv[argv.index("--responder_url") + 1] = server.url
+    with open(logs[0], "w") as stdout, open(logs[1], "w") as stderr:
+        proc = subprocess.Popen(argv, stdout=stdout, stderr=stderr, cwd=ROOT, env=env)
+        try:
+            give_up = time.monotonic() + 300
+            while not (out / "checkpoint-1" / "trainer_state.json").is_file():  # one optimizer step done
+                assert proc.poll() is None, f"training ended early:\n{logs[1].read_text()[-3000:]}"
+                assert time.monotonic() < give_up, "no checkpoint-1 after 300 s"
+                time.sleep(0.1)
+            fault()
+            start = time.monotonic()
+            code = proc.wait(timeout=240)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+    return code, time.monotonic() - start
+
+
 def unscorable_share(audit_file: Path) -> float:
     rows = pd.read_parquet(audit_file)
     scored = rows[rows["gate"] == "ok"]
@@ -235,22 +256,8 @@ def test_a_responder_that_dies_mid_run_stops_training_with_a_checkpoint_and_resu
     argv = train_argv(tiny_models, fever_data, out, "http://127.0.0.1:1")  # the URL is set below
     logs = tmp_path / "first.out", tmp_path / "first.err"
     env = os.environ | {"WANDB_MODE": "disabled", "PYTHONUNBUFFERED": "1"}
-    with FaultyOpenAIServer() as server, open(logs[0], "w") as stdout, open(logs[1], "w") as stderr:
-        argv[argv.index("--responder_url") + 1] = server.url
-        proc = subprocess.Popen(argv, stdout=stdout, stderr=stderr, cwd=ROOT, env=env)
-        try:
-            give_up = time.monotonic() + 300
-            while not (out / "checkpoint-1" / "trainer_state.json").is_file():  # one optimizer step done
-                assert proc.poll() is None, f"training ended early:\n{logs[1].read_text()[-3000:]}"
-                assert time.monotonic() < give_up, "no checkpoint-1 after 300 s"
-                time.sleep(0.1)
-            server.stop()
-            died = time.monotonic()
-            code = proc.wait(timeout=180)
-        finally:
-            if proc.poll() is None:
-                proc.kill()
-    stopped_within = time.monotonic() - died
+    with FaultyOpenAIServer() as server:
+        code, stopped_within = fail_after_first_step(argv, server, out, logs, env, server.stop)
     err = logs[1].read_text()
     last = err.strip().splitlines()[-1]
     assert code == 3, err[-3000:]
@@ -297,22 +304,12 @@ def test_a_hung_responder_mid_run_stops_training_within_one_round_budget(tiny_mo
     argv += ["--responder_round_deadline", "3"]
     err_log = tmp_path / "err"
     env = os.environ | {"WANDB_MODE": "disabled", "PYTHONUNBUFFERED": "1"}
-    with FaultyOpenAIServer() as server, open(tmp_path / "out", "w") as stdout, open(err_log, "w") as stderr:
-        argv[argv.index("--responder_url") + 1] = server.url
-        proc = subprocess.Popen(argv, stdout=stdout, stderr=stderr, cwd=ROOT, env=env)
-        try:
-            give_up = time.monotonic() + 300
-            while not (out / "checkpoint-1" / "trainer_state.json").is_file():
-                assert proc.poll() is None, f"training ended early:\n{err_log.read_text()[-3000:]}"
-                assert time.monotonic() < give_up, "no checkpoint-1 after 300 s"
-                time.sleep(0.1)
-            server.stall, server.stall_s = 1.0, 600.0  # hung: connections accepted, no reply
-            hung = time.monotonic()
-            code = proc.wait(timeout=240)
-        finally:
-            if proc.poll() is None:
-                proc.kill()
-    stopped_within = time.monotonic() - hung
+
+    def hang() -> None:  # connections accepted, no reply
+        server.stall, server.stall_s = 1.0, 600.0
+
+    with FaultyOpenAIServer() as server:
+        code, stopped_within = fail_after_first_step(argv, server, out, (tmp_path / "out", err_log), env, hang)
     err = err_log.read_text()
     assert code == 3, err[-3000:]
     assert stopped_within < 45, stopped_within  # per-request deadlines alone: 60 s for each pass, 120 s or more
