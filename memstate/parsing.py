@@ -2,6 +2,11 @@
 ``--config FILE.yaml`` of flat field keys, command-line values override the file) whose user mistakes become one-line
 ``ConfigError``s that name the file, line and field instead of tracebacks.
 
+A config's ``env:`` mapping (``variable: value``) sets environment variables for the run, but only those the shell
+has not set: the operator's environment wins (a config must not be able to replace a secret such as the API's
+bearer token, or blank it and switch auth off), and each variable the config names but the shell already had is
+logged (by name, never by value).
+
 A stage module exposes ``make_parser(prog)`` (this parser, or a plain ``argparse`` one) and ``run(parsed)``;
 ``memstate.cli`` lists the commands and calls them (see its docstring).
 """
@@ -12,6 +17,7 @@ import argparse
 import copy
 import dataclasses
 import difflib
+import logging
 import os
 from pathlib import Path
 from types import MappingProxyType
@@ -22,6 +28,8 @@ from transformers import TrainingArguments
 from trl import TrlParser
 
 from memstate.errors import ConfigError
+
+logger = logging.getLogger("memstate.parsing")
 
 
 def read_yaml(path: str | Path) -> Any:
@@ -91,6 +99,22 @@ def activation_checkpointing(enabled: bool) -> dict[str, bool]:
     return {installed_field_name("activation_checkpointing", known): enabled}
 
 
+def apply_config_env(env: dict, source: str | Path) -> list[str]:
+    """Set a config's ``env:`` variables the shell lacks (``setdefault``); the names it already had, kept as they
+    are, are logged and returned."""
+    kept = []
+    for key, value in env.items():
+        name = str(key)
+        if name in os.environ:
+            kept.append(name)
+        else:
+            os.environ[name] = "" if value is None else str(value)
+    if kept:
+        logger.warning("%s: env: %s already set in the environment, kept (the shell wins over a config)",
+                       source, ", ".join(kept))  # fmt: skip
+    return kept
+
+
 class StageParser(TrlParser):
     """``TrlParser`` with user errors as ``ConfigError`` (file, field) and unknown flags as argparse errors (exit 2).
 
@@ -142,8 +166,7 @@ class StageParser(TrlParser):
             if unknown:
                 named = ", ".join(f"{name}{did_you_mean(name, known)}" for name in unknown)
                 raise ConfigError(f"{path}: unknown field(s) {named} (see `--help` for the fields of this command)")
-            for key, value in env.items():
-                os.environ[str(key)] = str(value)
+            apply_config_env(env, path)
             self.set_defaults_with_config(**config)
             source = f"{path} (with command-line overrides)"
         known = self.field_names()
