@@ -11,7 +11,9 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import shutil
+import tempfile
 from collections import Counter, defaultdict
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
@@ -19,13 +21,13 @@ from typing import Any
 
 from datasets import Dataset, DatasetDict, Features, List, Value, disable_progress_bars
 
-from memstate.data import SPLITS
+from memstate.data import SPLITS, find_text_problem
 from memstate.data_build.conflict import CONFLICT_PERSPECTIVES, ClaimPool, InstanceOptions, claim_instances
 from memstate.data_build.probe import check_probes, run_probes
 from memstate.data_build.records import EvidenceClaim, SourceRead
 from memstate.data_build.registry import get_source, source_names
 from memstate.data_build.splits import DEFAULT_RATIOS, assign_splits, check_ratios
-from memstate.errors import ConfigError, InputNotFound
+from memstate.errors import ConfigError, InputNotFound, OutputExists
 from memstate.parsing import read_yaml
 from memstate.schema import Instance, stable_id
 from memstate.sources.skips import DataError, SkipLog
@@ -293,19 +295,30 @@ def by_relation(instances: list[Instance]) -> dict[str, int]:
     return dict(sorted(Counter(r.type for i in instances for r in i.relations).items()))
 
 
-def build_data(config: DataConfig, out_dir: str | Path) -> dict:
-    """Build the dataset described by ``config`` into ``out_dir``; returns the manifest (also written)."""
+def build_data(config: DataConfig, out_dir: str | Path, *, overwrite: bool = False) -> dict:
+    """Build the dataset described by ``config`` into ``out_dir``; returns the manifest (also written).
+
+    All or nothing: the build is written into a staging folder beside ``out_dir`` and renamed into place when it is
+    complete, so a failed build leaves ``out_dir`` as it was. ``out_dir`` may be missing, empty, a previous build
+    (replaced), or hold files the build does not write (kept); files of the build's names that are not a previous
+    build's are replaced only with ``overwrite`` (``check_out_dir``)."""
     out_dir = Path(out_dir)
+    check_out_dir(out_dir, overwrite)
     if not config.progress:
         disable_progress_bars()
     log = SkipLog(skip_invalid=config.skip_invalid)
-    reads = read_sources(config, log)
+    try:
+        reads = read_sources(config, log)
+    except RecursionError:  # a reader without the record bounds of memstate.data met deeply nested JSON
+        raise DataError("an input record is JSON nested too deeply to parse; --debug shows where") from None
     balance = _balance(reads, log)
     instances, split_of = make_instances(reads, config)
     instances, capped = apply_caps(instances, config.caps, config.seed)
     if not instances:
         raise DataError(f"no instances built; skipped by kind {dict(Counter(s.kind for s in log.records))}")
     logger.info("%d instances from %s", len(instances), [r.source for r in reads])
+    rows = [i.to_dict() for i in instances]
+    check_text(rows)
     probes = run_probes(instances, config.seed)
     if config.shortcut_probe == "fail":
         check_probes(probes)  # before anything is written: a dataset with a shortcut must not be trained on
@@ -313,19 +326,107 @@ def build_data(config: DataConfig, out_dir: str | Path) -> dict:
         logger.warning("shortcut probes over the margin (shortcut_probe: warn, build goes on): %s", probes["worst"])
     probes["enforced"] = config.shortcut_probe == "fail"
 
-    rows = [i.to_dict() for i in instances]
     features = _features(rows)
-    created = not out_dir.exists()
+    staging = _staging_dir(out_dir)
     try:
-        return _write(out_dir, config, reads, log, balance, instances, split_of, capped, probes, rows, features)
-    except BaseException:
-        if created:  # nothing half-written left behind
-            shutil.rmtree(out_dir, ignore_errors=True)
-        raise
+        manifest = _write(staging, config, reads, log, balance, instances, split_of, capped, probes, rows, features)
+        _move_into_place(staging, out_dir)
+    finally:  # a failed build leaves nothing of itself behind
+        shutil.rmtree(staging, ignore_errors=True)
+    return manifest
+
+
+def check_text(rows: list[dict]) -> None:
+    """Every string of every instance row can be written as UTF-8, or a ``DataError`` naming the input record and
+    the field. The readers skip such records where they read them (FEVER and SciFact claims); this catches the rest
+    (a lone surrogate in a wiki sentence, an abstract, a PersonaMem turn) before anything is written."""
+    for row in rows:
+        found = find_text_problem(row)
+        if found is not None:
+            meta = row["meta"]
+            where = f"{meta.get('source_file', row['source'])}:{meta.get('line', meta.get('row', 0))}"
+            raise DataError(f"{where}: {found[0]}: {found[1]} (in instance {row['id']})")
+
+
+# What a build writes into --out; any other file there is the user's and is never touched.
+OUTPUT_NAMES = (
+    *(f"{split}.{ext}" for split in SPLITS for ext in ("parquet", "jsonl")),
+    "hf",
+    "README.md",
+    "manifest.json",  # last: a folder whose manifest is missing is not a complete build
+)
+_BUILDER = "memstate.data_build.build"
+
+
+def is_previous_build(out_dir: Path) -> bool:
+    """Whether ``out_dir/manifest.json`` is a manifest this builder wrote (so its outputs may be replaced)."""
+    try:
+        manifest = json.loads((out_dir / "manifest.json").read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError):
+        return False
+    return isinstance(manifest, dict) and manifest.get("builder") == _BUILDER
+
+
+def check_out_dir(out_dir: str | Path, overwrite: bool = False) -> None:
+    """Refuse an ``--out`` whose files the build would replace unless they are a previous build's or ``overwrite``
+    says so; files the build does not write are left alone either way. Called before anything is read."""
+    out_dir = Path(out_dir)
+    if out_dir.exists() and not out_dir.is_dir():
+        raise OutputExists(f"{out_dir}: --out exists and is not a directory")
+    if not out_dir.is_dir() or overwrite or is_previous_build(out_dir):
+        return
+    clash = [name for name in OUTPUT_NAMES if os.path.lexists(out_dir / name)]
+    if clash:
+        raise OutputExists(
+            f"{out_dir}: --out holds {', '.join(clash)}, which the build would replace, and no manifest.json of a "
+            "previous build"
+        )
+
+
+def _staging_dir(out_dir: Path) -> Path:
+    """A fresh folder on the same filesystem as ``out_dir`` to build into: a hidden sibling, or a hidden folder
+    inside ``out_dir`` when its parent is not writable."""
+    out_dir = Path(os.path.abspath(out_dir))
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        return Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.building-", dir=out_dir.parent))
+    except PermissionError:
+        out_dir.mkdir(exist_ok=True)
+        return Path(tempfile.mkdtemp(prefix=".building-", dir=out_dir))
+
+
+def _move_into_place(staging: Path, out_dir: Path) -> None:
+    """Put a finished build at ``out_dir``. A missing or empty ``out_dir``, or one holding only a previous build,
+    is swapped whole by renames; otherwise each output replaces its namesake (manifest.json removed first and put
+    back last) and the folder's other files stay."""
+    out_dir = Path(os.path.abspath(out_dir))
+    if staging.parent == out_dir.parent:
+        if not out_dir.exists() or not any(out_dir.iterdir()):
+            os.replace(staging, out_dir)  # rename(2) replaces an empty directory
+            return
+        if set(os.listdir(out_dir)) <= set(OUTPUT_NAMES):
+            old = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.old-", dir=out_dir.parent))
+            os.replace(out_dir, old / "build")
+            try:
+                os.replace(staging, out_dir)
+            except BaseException:
+                os.replace(old / "build", out_dir)
+                raise
+            shutil.rmtree(old, ignore_errors=True)
+            return
+    (out_dir / "manifest.json").unlink(missing_ok=True)
+    for name in OUTPUT_NAMES:
+        target = out_dir / name
+        if target.is_dir() and not target.is_symlink():
+            trash = Path(tempfile.mkdtemp(prefix=f".{name}.old-", dir=out_dir))
+            os.replace(target, trash / name)
+            shutil.rmtree(trash, ignore_errors=True)
+        elif (staging / name).is_dir() and os.path.lexists(target):
+            target.unlink()  # a file or link where hf/ goes: rename cannot put a directory over it
+        os.replace(staging / name, target)
 
 
 def _write(out_dir, config, reads, log, balance, instances, split_of, capped, probes, rows, features) -> dict:
-    out_dir.mkdir(parents=True, exist_ok=True)
     parts = {}
     for split in SPLITS:
         split_rows = [r for r in rows if split_of[r["meta"]["group"]] == split]
@@ -346,7 +447,7 @@ def _write(out_dir, config, reads, log, balance, instances, split_of, capped, pr
 
     skipped = sorted(log.records, key=lambda s: (s.file, s.line))
     manifest = {
-        "builder": "memstate.data_build.build",
+        "builder": _BUILDER,
         # The rule that drew the relations the policy learns from (memory.relation_rule), so a serving store
         # (meta relation_rule) can be checked against it.
         "relation_rule": RELATION_RULE_VERSION,
@@ -408,6 +509,12 @@ def make_parser(prog: str | None = None) -> argparse.ArgumentParser:
     p.add_argument("--config", required=True, help="Data YAML, e.g. configs/data/fever_fixture.yaml.")
     p.add_argument("--out", required=True, help="Output dataset dir (parquet + jsonl + manifest.json).")
     p.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="Replace files of the build's names (README.md, manifest.json, {split}.parquet/.jsonl, hf/) in --out "
+        "even when they are not a previous build's; other files in --out are kept either way.",
+    )
+    p.add_argument(
         "--skip-invalid",
         action="store_true",
         help="Skip structurally invalid records and list them in the manifest (default: stop at the first one).",
@@ -427,7 +534,7 @@ def run(args: argparse.Namespace) -> None:
     )
     config = load_data_config(args.config, **overrides)
     try:
-        manifest = build_data(config, args.out)
+        manifest = build_data(config, args.out, overwrite=args.overwrite)
     except InputNotFound as e:
         raise InputNotFound(f"{args.config}: {e}") from None
     records = manifest["records"]

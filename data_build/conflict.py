@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from memstate.data_build.labels import LABELS, claim_question, opposite_label
 from memstate.data_build.records import EvidenceClaim
 from memstate.schema import Fact, Instance, Relation, stable_id
+from memstate.sources.skips import DataError
 
 CONFLICT_PERSPECTIVES: tuple[str, ...] = ("belief", "identity", "expertise")
 
@@ -174,8 +175,12 @@ def claim_instances(claim: EvidenceClaim, pool: ClaimPool, options: InstanceOpti
                 context = list(claim.context)
             else:
                 context = [rng.choice(c.evidence) for c in pool.sample(rng, k, claim.group, evidence_only=True)]
-            if not context:
-                raise ValueError(f"{claim.group}: NOT ENOUGH INFO claim with no context and no other evidence to show")
+            if not context:  # a user's config (a tiny or NEI-only split), so one line, not a traceback
+                raise DataError(
+                    f"{claim.source} {claim.file}:{claim.line}: label: NOT ENOUGH INFO claim {claim.claim_id} has no "
+                    "context, and no other claim of its split has evidence to show instead (give more claims with "
+                    "evidence, or split_ratios that leave some in every split)"
+                )
             items += [("support", "evidence", t) for t in context]
         items.append(("conflict" if not consistent else "support", PERSPECTIVE_KINDS[perspective], user_text))
         texts = {t for _, _, t in items}  # FEVER claims share pages: never repeat a fact as its own distractor

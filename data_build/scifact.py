@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from memstate.data import max_record_bytes, over_limit_reason, read_lines, text_problem
 from memstate.data_build.records import EvidenceClaim, SourceRead
 from memstate.data_build.registry import DataSource, input_dir, register
 from memstate.errors import InputNotFound
@@ -19,6 +20,7 @@ from memstate.sources.scifact import ClaimRecord, Doc, Rationale, Skip, decode_l
 from memstate.sources.skips import (
     SKIP_CONFLICTING,
     SKIP_DUPLICATE,
+    SKIP_INVALID,
     SKIP_UNLABELED,
     SKIP_UNRESOLVED,
     SkipLog,
@@ -160,14 +162,27 @@ def _nei_claim(rec: ClaimRecord, corpus: dict[int, Doc], rel: str, lineno: int) 
     )
 
 
+def _record_id(raw: bytes) -> int | None:
+    try:
+        return record_id(raw, "id")
+    except RecursionError:
+        return None
+
+
 def _claim_line(
     raw: bytes, lineno: int, key: str, rel: str, corpus: dict[int, Doc], seen: dict[int, str]
 ) -> EvidenceClaim:
     """One claim line → EvidenceClaim; raises Skip otherwise."""
-    rec = parse_claim(decode_line(raw, lineno))
+    try:
+        obj = decode_line(raw, lineno)
+    except RecursionError:  # the reader's json.loads; like any other invalid JSON
+        raise Skip("invalid JSON (nested too deeply)", SKIP_INVALID) from None
+    rec = parse_claim(obj)
     if isinstance(rec, int):
         # Not registered in `seen`: test claims never become items, so their ids cannot collide in the dataset.
         raise Skip(UNLABELED_REASON, SKIP_UNLABELED)
+    if (problem := text_problem(rec.claim)) is not None:  # cannot be written out (UTF-8)
+        raise Skip(f"field 'claim': {problem}", SKIP_INVALID)
     if rec.claim_id in seen:
         raise Skip(f"duplicate claim id {rec.claim_id} (first at {seen[rec.claim_id]})", SKIP_DUPLICATE)
     seen[rec.claim_id] = f"{key}:{lineno}"
@@ -188,16 +203,20 @@ def _read_claim_file(
     key = str(path)
     read.inputs.append(input_record(path, CLAIMS_KIND))
     read.records_in[key] = read.records_used[key] = 0
+    limit = max_record_bytes()
     with open(path, "rb") as f:
-        for lineno, raw in enumerate(f, 1):
+        for lineno, raw, size in read_lines(f, limit):
             if max_claims is not None and len(read.items) >= max_claims:
                 read.stopped_at = {"file": key, "next_line": lineno}
                 return True
             read.records_in[key] += 1
+            if raw is None:  # not held in memory, so not parsed for its id either
+                log.skip(key, lineno, over_limit_reason(size, limit), SKIP_INVALID)
+                continue
             try:
                 item = _claim_line(raw, lineno, key, rel, corpus, seen)
             except Skip as s:
-                log.skip(key, lineno, s.reason, s.kind, record_id(raw, "id"))
+                log.skip(key, lineno, s.reason, s.kind, _record_id(raw))
                 continue
             read.items.append(item)
             read.records_used[key] += 1

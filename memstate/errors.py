@@ -62,3 +62,10 @@ class ResponderFailure(MemstateError, RuntimeError):
         super().__init__(message)
         self.share, self.rounds, self.last_error = share, rounds, last_error
         self.step, self.checkpoint = step, checkpoint
+
+
+class OutputExists(MemstateError, FileExistsError):
+    """An output path that holds something the command would replace and did not write itself (a ``--out`` with
+    another README.md); the message names the path and the files."""
+
+    hint = "give --overwrite to replace them, or another --out"
