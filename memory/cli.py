@@ -11,6 +11,7 @@ and each is logged with its file, sample and field.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import logging
 import re
@@ -18,6 +19,7 @@ from pathlib import Path
 
 from tqdm.auto import tqdm
 
+from memstate.data import text_problem
 from memstate.errors import ConfigError, InputNotFound
 from memstate.memory.extract import DEFAULT_EXTRACTOR, EXTRACTORS
 from memstate.parsing import StageParser
@@ -160,6 +162,30 @@ def ask_parser(prog: str | None = None) -> StageParser:
     return p
 
 
+# C0 and C1 control characters (ESC starts the terminal's escape sequences), DEL, lone surrogates (print cannot
+# encode them), and the bidirectional overrides that reorder what a terminal shows.
+_UNPRINTABLE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\ud800-\udfff\u202a-\u202e\u2066-\u2069]")
+
+
+def shown(text: str, *, newlines: bool = True) -> str:
+    """Stored or remote text as ``memory ask`` prints it: control characters escaped visibly (``\\x1b``), so a
+    stored escape sequence cannot clear the screen or retitle the window; tabs kept, and newlines too unless the
+    line format forbids them.
+
+    >>> shown("a\\x1b[2Jb\\x1b]0;t\\x07c\\td\\ne\\x9b")
+    'a\\\\x1b[2Jb\\\\x1b]0;t\\\\x07c\\td\\ne\\\\x9b'
+    >>> shown("one\\ntwo", newlines=False)
+    'one\\\\ntwo'
+    """
+
+    def escape(m: re.Match) -> str:
+        code = ord(m.group())
+        return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+
+    text = _UNPRINTABLE.sub(escape, str(text))
+    return text if newlines else text.replace("\n", "\\n")
+
+
 def ask(parsed: tuple[ResponderConfig, argparse.Namespace]) -> None:
     import os
 
@@ -168,26 +194,30 @@ def ask(parsed: tuple[ResponderConfig, argparse.Namespace]) -> None:
     from memstate.serve.client import ReasoningStateClient
 
     responder_config, args = parsed
+    problem = text_problem(args.question)
+    if problem is not None:  # bytes that are not UTF-8 arrive from argv as surrogate escapes
+        raise ConfigError(f"question: {problem}; give the question as UTF-8 text")
     if not args.no_state and not args.api_url:
         raise ConfigError("give --api-url (the reasoning-state API) or --no-state (answer without a reasoning state)")
     if not Path(args.store).is_file():
         raise InputNotFound(f"{args.store}: no such memory store (create it with `memstate memory ingest`)")
-    responder = make_responder(responder_config)
-    api = None
-    if not args.no_state:
-        key = os.environ.get(args.api_key_env) if args.api_key_env else None
-        api = ReasoningStateClient(args.api_url, api_key=key)
-    with MemoryStore(args.store) as store:
+    with MemoryStore(args.store) as store:  # opened first: a damaged store fails before a model loads
+        responder = make_responder(responder_config)
+        api = None
+        if not args.no_state:
+            key = os.environ.get(args.api_key_env) if args.api_key_env else None
+            api = ReasoningStateClient(args.api_url, api_key=key)
         answer = answer_question(store, args.question, responder, state_api=api, backend=args.backend, k=args.k,
                                    budget_tokens=args.budget_tokens)  # fmt: skip
     if api is not None:
         api.close()
+    one = functools.partial(shown, newlines=False)  # one fact, relation or rule per line
     for fact in answer.retrieved.facts:
-        print(f"[{fact.id}] ({fact.kind}, {fact.role}) {fact.text}")
+        print(f"[{one(fact.id)}] ({one(fact.kind)}, {one(fact.role)}) {one(fact.text)}")
     for rel in answer.retrieved.relations:
-        print(f"{rel.src} {rel.type} {rel.dst}")
+        print(f"{one(rel.src)} {one(rel.type)} {one(rel.dst)}")
     if answer.rules:
-        print("rules:\n" + "\n".join(f"- {r}" for r in answer.rules))
+        print("rules:\n" + "\n".join(f"- {one(r)}" for r in answer.rules))
     elif api is not None:
         print("rules: (the policy wrote no usable state; answered without one)")
-    print(f"answer: {answer.answer}")
+    print(f"answer: {shown(answer.answer)}")

@@ -29,6 +29,7 @@ logger = logging.getLogger(__name__)
 PRODUCTION_MODEL = "BAAI/bge-m3"
 _WORD = re.compile(r"[a-z0-9]+(?:'[a-z]+)?")
 _SMALL_BATCH = 8
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\ud800-\udfff]")
 
 
 def normalize(vecs: np.ndarray) -> np.ndarray:
@@ -120,6 +121,9 @@ def _torch_threads(n: int) -> Iterator[None]:
         torch.set_num_threads(before)
 
 
+MAX_HASH_DIM = 1 << 16  # real embedders stop at a few thousand (MiniLM 384, bge-m3 1024)
+
+
 class HashEmbedder:
     """Signed feature hashing of lowercased words and word bigrams: deterministic, no model, ~50k texts/s.
 
@@ -133,6 +137,8 @@ class HashEmbedder:
     """
 
     def __init__(self, dim: int = 384) -> None:
+        if not 1 <= dim <= MAX_HASH_DIM:  # 0 divides by zero; a huge one allocates len(texts) × dim floats
+            raise ValueError(f"hash embedder dimension must be 1 to {MAX_HASH_DIM}, got {dim}")
         self.dim = dim
         self.name = f"hash-{dim}"
 
@@ -163,11 +169,21 @@ def default_embedder() -> SentenceTransformerEmbedder:
 def embedder_from_name(name: str) -> Embedder:
     """The embedder a store recorded: ``hash-N``, the default MiniLM, or a sentence-transformers path / hub id.
 
+    A store's ``meta`` is a file anyone can edit: a name that is none of these (empty, control characters, a
+    ``hash-`` name without a dimension in range) is a ``ValueError`` saying why.
+
     >>> embedder_from_name("hash-128").dim
     128
+    >>> embedder_from_name("hash-0")
+    Traceback (most recent call last):
+    ValueError: hash embedder dimension must be 1 to 65536, got 0
     """
-    m = re.fullmatch(r"hash-([0-9]+)", name)
-    if m:
+    if not isinstance(name, str) or not name.strip() or len(name) > 1024 or _CONTROL.search(name):
+        raise ValueError(f"{name!r:.80} is not an embedder name (hash-N, {DEFAULT_MODEL}, a model path or hub id)")
+    if name.startswith("hash-"):
+        m = re.fullmatch(r"hash-([0-9]{1,12})", name)
+        if not m:
+            raise ValueError(f"{name!r:.80} is not hash-N with N a dimension of 1 to {MAX_HASH_DIM}")
         return HashEmbedder(int(m.group(1)))
     if name == DEFAULT_MODEL:
         return default_embedder()

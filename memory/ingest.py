@@ -31,6 +31,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from memstate.data import loads_record, max_record_bytes, over_limit_reason, read_lines, text_problem
 from memstate.errors import InputError
 from memstate.memory.records import TURN_ROLES, Session, Turn
 from memstate.sources.locomo import LocomoError, LocomoSample, read_locomo
@@ -60,22 +61,33 @@ def _turn(obj: Any, where: str) -> tuple[Turn, Any]:
     session = obj.get("session")
     if session is not None and not isinstance(session, (str, int)):
         raise IngestError(f"{where}: session: must be a string or an integer, got {type(session).__name__}")
+    for name in ("content", "time", "session"):
+        if isinstance(obj.get(name), str) and (problem := text_problem(obj[name])) is not None:
+            raise IngestError(f"{where}: {name}: {problem}")
     return Turn(role, content, time), session
 
 
 def _jsonl(path: Path) -> Iterator[tuple[int, str, Any]]:
-    """``(line number, "FILE:LINE", object)`` for every non-blank line; unreadable files and bad JSON say where."""
+    """``(line number, "FILE:LINE", object)`` for every non-blank line; unreadable files, lines over the record size
+    limit (``memstate.data``), undecodable bytes and bad JSON say where."""
     try:
-        f = open(path, encoding="utf-8")
+        f = open(path, "rb")
     except OSError as e:
         raise IngestError(f"{path}:0: (file): cannot read: {e.strerror}") from None
+    limit = max_record_bytes()
     with f:
-        for lineno, line in enumerate(f, 1):
+        for lineno, raw, size in read_lines(f, limit):
+            where = f"{path}:{lineno}"
+            if raw is None:
+                raise IngestError(f"{where}: (line): {over_limit_reason(size, limit)}")
+            try:
+                line = raw.decode("utf-8-sig" if lineno == 1 else "utf-8")
+            except UnicodeDecodeError as e:
+                raise IngestError(f"{where}: (line): not valid UTF-8 ({e.reason} at byte {e.start})") from None
             if not line.strip():
                 continue
-            where = f"{path}:{lineno}"
             try:
-                yield lineno, where, json.loads(line)
+                yield lineno, where, loads_record(line)
             except json.JSONDecodeError as e:
                 array = line[:1] == "["  # LoCoMo's release is one JSON array: say so instead of "Expecting value"
                 hint = " (a JSON array, not JSONL: LoCoMo's file is read with --format locomo)" if array else ""
@@ -191,7 +203,25 @@ class Samples:
 
 
 def read_samples(path: str | Path, fmt: str = "dialogue") -> Samples:
-    """Every sample of a file in one of ``INPUT_FORMATS``, read whole (so bad input fails before any store)."""
+    """Every sample of a file in one of ``INPUT_FORMATS``, read whole (so bad input fails before any store); a
+    string that cannot be stored as UTF-8 (a lone surrogate) is an ``IngestError`` naming where and the field."""
+    samples = _read_samples(path, fmt)
+    for _, sessions in samples.samples:
+        for n, session in enumerate(sessions):
+            _check_text(session, f"{session.where or path}: session {n}")
+    return samples
+
+
+def _check_text(session: Session, where: str) -> None:
+    fields = {"id": session.id, "time": session.time}
+    for i, turn in enumerate(session.turns):
+        fields |= {f"turn {i} {name}": getattr(turn, name) for name in ("content", "time", "speaker", "source")}
+    for name, value in fields.items():
+        if isinstance(value, str) and (problem := text_problem(value)) is not None:
+            raise IngestError(f"{where}: {name}: {problem}")
+
+
+def _read_samples(path: str | Path, fmt: str) -> Samples:
     if fmt == "dialogue":
         return Samples([(None, list(read_dialogue_jsonl(path)))], [])
     if fmt == "memsyco":  # ids are unique: the reader checks them

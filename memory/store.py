@@ -268,7 +268,10 @@ class MemoryStore(CommitMixin, SearchMixin):
                 self._db.execute("INSERT INTO meta (key, value) VALUES ('embedder', ?)", (embedder.name,))
                 return embedder
         if embedder is None:
-            return embedder_from_name(row[0])
+            try:
+                return embedder_from_name(row[0])
+            except ValueError as e:  # meta is data anyone can edit: never a traceback or a 373 GiB allocation
+                raise StoreError(f"{self.path}: meta.embedder: {e}") from None
         if embedder.name != row[0]:
             raise StoreError(f"{self.path}: the store's vectors come from {row[0]!r}, not {embedder.name!r}")
         return embedder
@@ -312,6 +315,9 @@ class MemoryStore(CommitMixin, SearchMixin):
             (idx.last_fact,),
         ).fetchall()
         if rows:
+            sizes = sorted({len(r[2]) for r in rows})
+            if len(sizes) > 1 or sizes[0] == 0 or sizes[0] % 4:  # a damaged or hand-edited file, not a traceback
+                raise StoreError(f"{self.path}: fact_vectors: vectors of {sizes[:3]} bytes, not one float32 size")
             vecs = np.frombuffer(b"".join(r[2] for r in rows), dtype=np.float32).reshape(len(rows), -1)
             idx.add_facts([r[0] for r in rows], [r[1] for r in rows], vecs)
             idx.speakers.update(r[3] for r in rows if r[3])

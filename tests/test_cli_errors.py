@@ -80,6 +80,90 @@ def data_config_unknown_field(tmp, _):
     return ["build-data", "--config", str(cfg), "--out", str(tmp / "out")], "shufle", tmp / "out"
 
 
+# Hostile records (issue 56): each is one line naming the file, line and field, never a traceback.
+DEEP_JSON = '{"id": 99002, "claim": ' + "[" * 100_000 + "]" * 100_000 + "}"
+SURROGATE_CLAIM = (
+    '{"id": 99001, "verifiable": "VERIFIABLE", "label": "SUPPORTS", "claim": "Tokyo \\ud800 is big.", '
+    '"evidence": [[[1, 2, "Tokyo", 0]]]}'
+)
+
+
+def _fever_claims(tmp: Path, lines: list[str]) -> list[str]:
+    shutil.copytree(FIXTURES / "fever" / "wiki-pages", tmp / "fever" / "wiki-pages")
+    (tmp / "fever" / "claims.jsonl").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    fever = f"fever:\n  dir: {tmp / 'fever'}\n  claim_files: [claims.jsonl]\n"
+    cfg = _data_yaml(tmp, fever + "shortcut_probe: warn\nprogress: false\n")
+    return ["build-data", "--config", str(cfg), "--out", str(tmp / "out")]
+
+
+def _first_fever_claims(n: int) -> list[str]:
+    return (FIXTURES / "fever" / "train.jsonl").read_text(encoding="utf-8").splitlines()[:n]
+
+
+def fever_deeply_nested_claim(tmp, _):
+    argv = _fever_claims(tmp, [*_first_fever_claims(3), DEEP_JSON])
+    return argv, "claims.jsonl:4: invalid JSON (nested too deeply", tmp / "out"
+
+
+def fever_lone_surrogate_in_claim(tmp, _):
+    argv = _fever_claims(tmp, [*_first_fever_claims(3), SURROGATE_CLAIM])
+    return argv, "claims.jsonl:4: field 'claim': lone surrogate U+D800 at character 7", tmp / "out"
+
+
+def fever_record_over_the_size_limit(tmp, request):
+    request.getfixturevalue("monkeypatch").setenv("MEMSTATE_MAX_RECORD_BYTES", "4000")
+    big = SURROGATE_CLAIM.replace("Tokyo \\ud800 is big.", "Tokyo is big" + " really" * 1000 + ".")
+    argv = _fever_claims(tmp, [*_first_fever_claims(3), big])
+    return argv, f"claims.jsonl:4: line of {len(big) + 1} bytes is over the 4000-byte limit", tmp / "out"
+
+
+def fever_nei_claim_without_context(tmp, _):
+    nei = [line for line in _first_fever_claims(20) if "NOT ENOUGH INFO" in line]
+    argv = _fever_claims(tmp, nei)
+    return argv, "fever claims.jsonl:1: label: NOT ENOUGH INFO claim 91006 has no context", tmp / "out"
+
+
+def ingest_lone_surrogate(tmp, _):
+    dialogue = tmp / "dialogue.jsonl"
+    dialogue.write_text('{"role": "user", "content": "hi"}\n{"role": "user", "content": "x \\udfff y"}\n')
+    store = tmp / "store.sqlite"
+    argv = ["memory", "ingest", "--store", str(store), str(dialogue)]
+    return argv, "dialogue.jsonl:2: content: lone surrogate U+DFFF at character 3", store
+
+
+def ask_question_not_utf8(tmp, _):
+    # A shell passes the bytes b"caf\xe9" (Latin-1): Python's argv holds them surrogate-escaped.
+    question = b"caf\xe9?".decode("utf-8", "surrogateescape")
+    store = tmp / "missing.sqlite"
+    argv = ["memory", "ask", "--store", str(store), question, "--responder_model", "x", "--no-state"]
+    return argv, "question: byte 0xe9 at character 4 is not valid UTF-8", store
+
+
+def _store_with_embedder(tmp: Path, name: str) -> Path:
+    import sqlite3
+
+    from memstate.memory.embed import HashEmbedder
+    from memstate.memory.store import MemoryStore
+
+    path = tmp / "store.sqlite"
+    MemoryStore(path, HashEmbedder(64)).close()
+    with sqlite3.connect(path) as db:
+        db.execute("UPDATE meta SET value = ? WHERE key = 'embedder'", (name,))
+    return path
+
+
+def ask_store_embedder_hash_0(tmp, _):
+    store = _store_with_embedder(tmp, "hash-0")
+    argv = ["memory", "ask", "--store", str(store), "What do I like?", "--responder_model", "x", "--no-state"]
+    return argv, f"{store}: meta.embedder: hash embedder dimension must be 1 to 65536, got 0", tmp / "never"
+
+
+def ask_store_embedder_hash_huge(tmp, _):
+    store = _store_with_embedder(tmp, "hash-100000000000")
+    argv = ["memory", "ask", "--store", str(store), "What do I like?", "--responder_model", "x", "--no-state"]
+    return argv, "meta.embedder: hash embedder dimension must be 1 to 65536, got 100000000000", tmp / "never"
+
+
 def train_config_unknown_field(tmp, _):
     cfg = tmp / "train.yaml"
     cfg.write_text(TRAIN_YAML.format(out=tmp / "run") + "num_generationz: 4\n")
@@ -212,6 +296,14 @@ MISTAKES = [
     Mistake("serve-policy-non-checkpoint", serve_policy_non_checkpoint),
     Mistake("compare-non-report", compare_non_report),
     Mistake("memsyco-bad-row", memsyco_bad_row),
+    Mistake("fever-deeply-nested-claim", fever_deeply_nested_claim),
+    Mistake("fever-lone-surrogate-in-claim", fever_lone_surrogate_in_claim),
+    Mistake("fever-record-over-the-size-limit", fever_record_over_the_size_limit),
+    Mistake("fever-nei-claim-without-context", fever_nei_claim_without_context),
+    Mistake("ingest-lone-surrogate", ingest_lone_surrogate),
+    Mistake("ask-question-not-utf8", ask_question_not_utf8),
+    Mistake("ask-store-embedder-hash-0", ask_store_embedder_hash_0),
+    Mistake("ask-store-embedder-hash-huge", ask_store_embedder_hash_huge),
 ]
 
 
