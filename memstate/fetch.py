@@ -17,25 +17,36 @@ group is the path written under ``OUT/<name>/``). ``memstate data fetch all --ou
   their members are renamed into place once all are out and checked. A host that does not answer, a refused
   connection, a timeout, a connection cut mid-file or a full disk is one line (``FetchError``); the ``.part`` stays
   for the next run to resume.
+- Bounded against a hostile server (``Limits``): bytes per file and per unpacked member and per archive, a wall-clock
+  deadline per download, redirects only to the source's own origin or its listed https hosts, no encoded bodies, an
+  archive's expected members all present. A body that ends short of its Content-Length stays resumable; a 416 to a
+  resume finishes the ``.part`` only when the server's size equals it. Whatever breaks a bound is deleted, never
+  recorded in the lock.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import errno
+import fnmatch
+import gzip
 import hashlib
 import json
+import lzma
 import os
 import re
 import shutil
 import sys
 import tarfile
 import tempfile
+import time
 import zipfile
+import zlib
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import urljoin, urlsplit, urlunsplit
 
 from memstate.errors import MemstateError
 
@@ -61,13 +72,19 @@ class FetchInterrupted(FetchError):
 class Source:
     """One released file. ``file``: its name under ``OUT/<dataset>/`` (an archive's own name; ``{size}`` is
     replaced by ``--size``). Exactly one of ``url`` (HTTP) and ``hub`` (repo id, revision; a dataset repo, the file
-    is ``file``). ``members``: for an archive, a regex over member names whose first group is the path to write."""
+    is ``file``). ``members``: for an archive, a regex over member names whose first group is the path to write;
+    ``expect``: globs over those paths that must each match one (the archive is refused otherwise). ``size_bytes``:
+    the exact size where it is known (it replaces the default cap). ``hosts``: https hosts besides the URL's own
+    that a redirect may lead to."""
 
     file: str
     url: str | None = None
     hub: tuple[str, str] | None = None
     sha256: str | None = None
     members: str | None = None
+    expect: tuple[str, ...] = ()
+    size_bytes: int | None = None
+    hosts: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -87,7 +104,12 @@ DATASETS: dict[str, Dataset] = {
             Source("train.jsonl", f"{_FEVER}/train.jsonl"),
             Source("shared_task_dev.jsonl", f"{_FEVER}/shared_task_dev.jsonl"),
             Source("paper_dev.jsonl", f"{_FEVER}/paper_dev.jsonl"),
-            Source("wiki-pages.zip", f"{_FEVER}/wiki-pages.zip", members=r"(?:.*/)?(wiki-pages/wiki-\d+\.jsonl)"),
+            Source(
+                "wiki-pages.zip",
+                f"{_FEVER}/wiki-pages.zip",
+                members=r"(?:.*/)?(wiki-pages/wiki-\d+\.jsonl)",
+                expect=("wiki-pages/wiki-*.jsonl",),  # wiki-001 … wiki-109; their count is not pinned
+            ),
         ),
     ),
     "scifact": Dataset(
@@ -97,6 +119,7 @@ DATASETS: dict[str, Dataset] = {
                 "data.tar.gz",
                 "https://scifact.s3-us-west-2.amazonaws.com/release/latest/data.tar.gz",
                 members=r"(?:.*/)?(claims_(?:train|dev|test)\.jsonl|corpus\.jsonl)",
+                expect=("claims_train.jsonl", "claims_dev.jsonl", "claims_test.jsonl", "corpus.jsonl"),
             ),
         ),
     ),
@@ -119,21 +142,81 @@ DATASETS: dict[str, Dataset] = {
             Source(
                 "memory_evidence_conflict.jsonl",
                 f"{_MEMSYCO}/memory_evidence_conflict.jsonl",
+                size_bytes=2679554,
                 sha256="adf9a924bae5bf4d554c0f7bf69c8c867037caf13c9839afa93605cb39442823",
             ),
             Source(
                 "valid_memory_selection.jsonl",
                 f"{_MEMSYCO}/valid_memory_selection.jsonl",
+                size_bytes=3952822,
                 sha256="7db0f062306a925f7cea9ea9cfb32cb94bbe2bb17999eff3e4a764aeabc4d498",
             ),
             Source(
                 "schema.json",
                 f"{_MEMSYCO}/schema.json",
+                size_bytes=2773,
                 sha256="8c54d9a53c9a44478f49dbcb003b6251e09d894fb63b687671f9796c13c11b6c",
             ),
         ),
     ),
 }
+
+
+# ---- bounds -------------------------------------------------------------------------------------------------------
+
+GiB = 1 << 30
+MAX_REDIRECTS = 5
+# Flag (argparse dest) -> environment variable; a flag given wins over its variable, either over the default.
+LIMIT_ENV = {
+    "max_file": "MEMSTATE_FETCH_MAX_FILE_SIZE",
+    "max_member": "MEMSTATE_FETCH_MAX_MEMBER_SIZE",
+    "max_unpacked": "MEMSTATE_FETCH_MAX_UNPACKED_SIZE",
+    "deadline": "MEMSTATE_FETCH_DEADLINE",
+}
+
+
+@dataclass(frozen=True)
+class Limits:
+    """What a server can make one run write or wait for. The defaults sit well above the real releases: the largest
+    download, FEVER's wiki-pages.zip, is 1.71 GB; its biggest member tens of MB; all its members a few GB."""
+
+    max_file: int = 4 * GiB  # one download whose size the table does not give
+    max_member: int = 1 * GiB  # one unpacked archive member
+    max_unpacked: int = 32 * GiB  # all the members of one archive together
+    deadline: float = 3600.0  # seconds for one HTTP download, first request to last byte (a rerun resumes)
+
+
+def parse_size(text: str, what: str) -> int:
+    """Bytes from ``text``: a number, optionally with K, M, G or T (powers of 1024).
+
+    >>> parse_size("4G", "--max-file-size"), parse_size("1.5k", "x"), parse_size("512", "x")
+    (4294967296, 1536, 512)
+    """
+    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([kmgt]?)(?:i?b)?\s*", text, re.IGNORECASE)
+    if not m or float(m.group(1)) <= 0:
+        raise FetchError(f"{what} {text!r}: a size above 0 in bytes, or with K, M, G or T (e.g. 4G)")
+    return int(float(m.group(1)) * 1024 ** " KMGT".index(m.group(2).upper() or " "))
+
+
+def resolve_limits(**flags: str | None) -> Limits:
+    """``Limits`` from the flags given (``max_file="8G"``, ``deadline="7200"``), else ``LIMIT_ENV``, else defaults."""
+    values: dict = {}
+    for field, env in LIMIT_ENV.items():
+        text, what = flags.get(field), "--" + field.replace("_", "-") + ("-size" if field != "deadline" else "")
+        if not text and os.environ.get(env):
+            text, what = os.environ[env], env
+        if not text:
+            continue
+        if field != "deadline":
+            values[field] = parse_size(text, what)
+            continue
+        try:
+            values[field] = float(text)
+        except ValueError:
+            values[field] = 0.0
+        if not 0 < values[field] < float("inf"):
+            raise FetchError(f"{what} {text!r}: seconds above 0 (e.g. 7200)")
+    return Limits(**values)
 
 
 # ---- helpers ------------------------------------------------------------------------------------------------------
@@ -160,6 +243,22 @@ def source_url(src: Source) -> str:
     return urlunsplit((b.scheme, b.netloc, b.path.rstrip("/") + u.path, u.query, ""))
 
 
+def _origin(url: str) -> tuple[str, str, int | None]:
+    u = urlsplit(url)
+    try:
+        port = u.port or {"http": 80, "https": 443}.get(u.scheme)
+    except ValueError:  # a port that is not a number: matches nothing
+        port = -1
+    return u.scheme.lower(), (u.hostname or "").lower(), port
+
+
+def allowed_origins(src: Source, url: str) -> set[tuple[str, str, int | None]]:
+    """Where a redirect from ``url`` may lead: its own scheme, host and port, and (without a mirror) https on the
+    source's listed hosts. A mirror (``MEMSTATE_FETCH_BASE_URL``) stands for all of them: only its own origin."""
+    extra = () if os.environ.get(BASE_URL_ENV) else src.hosts
+    return {_origin(url), *(("https", h.lower(), 443) for h in extra)}
+
+
 def _disk_full(e: OSError, path: Path) -> FetchError:
     free = shutil.disk_usage(path.parent).free if path.parent.exists() else 0
     return FetchError(f"disk full writing {path} ({free} bytes free): {e.strerror}")
@@ -174,9 +273,25 @@ class Lock:
         self.entries: dict[str, dict] = {}
         if self.path.exists():
             try:
-                self.entries = json.loads(self.path.read_text())["files"]
-            except (ValueError, KeyError, TypeError) as e:
+                self.entries = self._valid(json.loads(self.path.read_text()))
+            except (OSError, ValueError, KeyError, TypeError) as e:
                 raise FetchError(f"{self.path}: not a memstate lock file ({e}); move it away to start over") from e
+
+    @staticmethod
+    def _valid(doc: object) -> dict[str, dict]:
+        """The ``files`` of a lock document, every field this module reads checked for its type (a hand-edited or
+        foreign file is an error here, not an AttributeError later)."""
+        if not isinstance(doc, dict) or not isinstance(doc.get("files"), dict):
+            raise TypeError('not a JSON object with a "files" object')
+        for key, entry in doc["files"].items():
+            if not isinstance(entry, dict):
+                raise TypeError(f"{key!r} is not an object")
+            if not isinstance(entry.get("sha256", ""), str):
+                raise TypeError(f"{key!r}: sha256 is not a string")
+            members = entry.get("members", {})
+            if not isinstance(members, dict) or not all(isinstance(v, str) for v in members.values()):
+                raise TypeError(f"{key!r}: members is not an object of sha256 strings")
+        return doc["files"]
 
     def get(self, key: str) -> dict | None:
         return self.entries.get(key)
@@ -191,9 +306,71 @@ class Lock:
 # ---- downloads ----------------------------------------------------------------------------------------------------
 
 
-def download_http(url: str, part: Path, *, timeout: float = 60.0) -> None:
-    """Stream ``url`` into ``part``, resuming it (``Range``) when it exists; the bytes received stay on failure."""
+def _get(client, url: str, headers: dict[str, str], allowed: set) -> tuple[object, str]:
+    """The streamed reply to GET ``url`` and the URL that gave it, following redirects inside ``allowed`` only."""
+    for _ in range(MAX_REDIRECTS + 1):
+        reply = client.send(client.build_request("GET", url, headers=headers), stream=True)
+        if not reply.is_redirect:
+            return reply, url
+        reply.close()
+        try:
+            target = urljoin(url, reply.headers["Location"])
+            origin = _origin(target)
+        except ValueError as e:
+            raise FetchError(f"{url}: redirected to an invalid URL ({e}); nothing was written") from e
+        if origin not in allowed:
+            hosts = ", ".join(sorted(f"{s}://{h}:{p}" for s, h, p in allowed))
+            raise FetchError(f"{url}: redirected to {target}, outside the allowed {hosts}; nothing was written")
+        url = target
+    raise FetchError(f"{url}: more than {MAX_REDIRECTS} redirects (a loop); nothing was written")
+
+
+def _content_range(reply) -> tuple[int | None, int | None]:
+    """(first byte, total size) of a ``Content-Range: bytes A-B/N`` or ``bytes */N``; None where absent."""
+    m = re.fullmatch(r"bytes (?:(\d+)-\d+|\*)/(\d+|\*)", reply.headers.get("Content-Range", "").strip())
+    if not m:
+        return None, None
+    return (int(m.group(1)) if m.group(1) else None), (int(m.group(2)) if m.group(2) != "*" else None)
+
+
+def download_http(
+    url: str,
+    part: Path,
+    *,
+    allowed: set | None = None,
+    size: int | None = None,
+    limits: Limits = Limits(),
+    timeout: float = 60.0,
+) -> str:
+    """Stream ``url`` into ``part``, resuming it (``Range``) when it exists; the bytes received stay on an interrupted
+    transfer. ``size``: the exact size if known, else ``limits.max_file`` caps it. Returns the URL that answered."""
     import httpx
+
+    allowed = allowed if allowed is not None else {_origin(url)}
+    deadline = time.monotonic() + limits.deadline
+    try:
+        # A read timeout no longer than the deadline: the deadline is checked between reads.
+        with httpx.Client(follow_redirects=False, timeout=httpx.Timeout(min(timeout, limits.deadline))) as client:
+            for _attempt in range(2):  # the second: a restart from byte 0 after a 416 that disowns the .part
+                final = _download_once(client, url, part, allowed, size, limits, deadline)
+                if final is not None:
+                    return final
+            raise FetchError(f"{url}: the server refused a download from byte 0; delete {part} and rerun")
+    except httpx.TimeoutException as e:
+        raise FetchInterrupted(f"{url}: timed out ({type(e).__name__}); {_kept(part)}") from e
+    except httpx.TransportError as e:  # refused, unreachable, name not resolved, connection cut mid-file
+        raise FetchInterrupted(f"{url}: {type(e).__name__}: {e or 'connection failed'}; {_kept(part)}") from e
+    except (httpx.HTTPError, httpx.InvalidURL) as e:  # a malformed reply or Location
+        raise FetchError(f"{url}: {type(e).__name__}: {e}; {_kept(part)}") from e
+    except OSError as e:
+        if e.errno == errno.ENOSPC:
+            raise _disk_full(e, part) from e
+        raise
+
+
+def _download_once(client, url: str, part: Path, allowed: set, size: int | None, limits: Limits, deadline: float):
+    """One GET of ``url`` into ``part``: the final URL, or None when the ``.part`` was dropped and a retry from
+    byte 0 is due."""
     from tqdm import tqdm
 
     have = part.stat().st_size if part.exists() else 0
@@ -203,41 +380,63 @@ def download_http(url: str, part: Path, *, timeout: float = 60.0) -> None:
         headers["Range"] = f"bytes={have}-"
         if tag.exists():
             headers["If-Range"] = tag.read_text()
-    try:
+    cap = size if size is not None else limits.max_file
+    capped_by = "the size the table gives" if size is not None else "--max-file-size (MEMSTATE_FETCH_MAX_FILE_SIZE)"
+    reply, final = _get(client, url, headers, allowed)
+    with contextlib.closing(reply):
+        if reply.status_code == 416 and have:
+            total = _content_range(reply)[1]
+            if total == have:  # the server's size is the .part's: nothing was missing
+                tag.unlink(missing_ok=True)
+                return final
+            if total is None:
+                raise FetchError(f"{final}: HTTP 416 to a resume from byte {have}, without the file's size; "
+                                 f"delete {part} to restart")  # fmt: skip
+            part.unlink()  # the server's file is not the one the .part began: not a prefix to finish
+            tag.unlink(missing_ok=True)
+            return None
+        encoding = reply.headers.get("Content-Encoding", "identity").strip().lower()
+        if encoding not in ("", "identity"):  # stored encoded it would be another file than the one published
+            raise FetchError(f"{final}: the server sent Content-Encoding {encoding} although identity was asked; "
+                             f"refused, nothing written ({_kept(part)})")  # fmt: skip
+        length = reply.headers.get("Content-Length", "")
+        if reply.status_code == 200:
+            total = int(length) if length.isdigit() else None
+            have, mode = 0, "wb"  # no range support, or another version: start over
+        elif reply.status_code == 206 and _content_range(reply)[0] == have:
+            total, mode = _content_range(reply)[1], "ab"
+        else:
+            fix = f"; delete {part} to restart" if reply.status_code == 206 else ""
+            raise FetchError(f"{final}: HTTP {reply.status_code} {reply.reason_phrase}{fix}")
+        if total is not None and total > cap:
+            raise FetchError(f"{final}: the server announces {total} bytes, more than {cap} ({capped_by})")
+        if total is not None and size is not None and total != size:
+            raise FetchError(f"{final}: the server announces {total} bytes, the table {size}; nothing written")
+        if reply.status_code == 200:
+            tag.unlink(missing_ok=True)
+            if reply.headers.get("ETag", "").startswith('"'):  # a strong validator only
+                tag.write_text(reply.headers["ETag"])
         with (
-            httpx.Client(follow_redirects=True, timeout=httpx.Timeout(timeout)) as client,
-            client.stream("GET", url, headers=headers) as reply,
+            open(part, mode) as f,
+            tqdm(total=total, initial=have, unit="B", unit_scale=True, desc=part.name[:-5], disable=None) as bar,
         ):
-            if reply.status_code == 416 and have:  # nothing past the end: the .part is complete
-                tag.unlink(missing_ok=True)
-                return
-            if reply.status_code == 200:
-                have, mode = 0, "wb"  # no range support, or another version: start over
-                tag.unlink(missing_ok=True)
-                if reply.headers.get("ETag", "").startswith('"'):  # a strong validator only
-                    tag.write_text(reply.headers["ETag"])
-            elif reply.status_code == 206 and reply.headers.get("Content-Range", "").startswith(f"bytes {have}-"):
-                mode = "ab"
-            else:
-                raise FetchError(f"{url}: HTTP {reply.status_code} {reply.reason_phrase}")
-            length = reply.headers.get("Content-Length")
-            total = have + int(length) if length and length.isdigit() else None
-            with (
-                open(part, mode) as f,
-                tqdm(total=total, initial=have, unit="B", unit_scale=True, desc=part.name[:-5], disable=None) as bar,
-            ):
-                for chunk in reply.iter_raw():  # written as received, so a cut connection keeps them
-                    f.write(chunk)
-                    bar.update(len(chunk))
-    except httpx.TimeoutException as e:
-        raise FetchInterrupted(f"{url}: timed out after {timeout:g} s ({type(e).__name__}); {_kept(part)}") from e
-    except httpx.TransportError as e:  # refused, unreachable, name not resolved, connection cut mid-file
-        raise FetchInterrupted(f"{url}: {type(e).__name__}: {e or 'connection failed'}; {_kept(part)}") from e
-    except OSError as e:
-        if e.errno == errno.ENOSPC:
-            raise _disk_full(e, part) from e
-        raise
+            for chunk in reply.iter_raw():  # written as received, so a cut connection keeps them
+                if have + len(chunk) > cap:
+                    f.close()
+                    part.unlink()
+                    tag.unlink(missing_ok=True)
+                    raise FetchError(f"{final}: more than {cap} bytes ({capped_by}); the download was deleted")
+                f.write(chunk)
+                have += len(chunk)
+                bar.update(len(chunk))
+                if time.monotonic() > deadline:
+                    f.close()
+                    raise FetchInterrupted(f"{final}: not done within the {limits.deadline:g} s deadline (--deadline, "
+                                           f"MEMSTATE_FETCH_DEADLINE); {_kept(part)}")  # fmt: skip
+    if have < (total if total is not None else size or 0):  # the body ended early: what came is a resumable prefix
+        raise FetchInterrupted(f"{final}: the body ended after {have} of {total or size} bytes; {_kept(part)}")
     tag.unlink(missing_ok=True)
+    return final
 
 
 def _causes(e: BaseException) -> str:
@@ -296,9 +495,14 @@ def _check_present(path: Path, want: str | None, where: str) -> bool:
     return True
 
 
-def _extract(archive: Path, pattern: str, into: Path) -> dict[str, Path]:
-    """The members matching ``pattern``, written under ``into`` at their first group; {relative path: file}."""
-    rx, out = re.compile(pattern), {}
+class _Refused(Exception):
+    """An archive that must not be used (unreadable, over a bound, members missing); the message says why."""
+
+
+def _extract(archive: Path, pattern: str, into: Path, limits: Limits) -> dict[str, Path]:
+    """The members matching ``pattern``, written under ``into`` at their first group; {relative path: file}. The
+    bytes are counted as written: the sizes an archive declares can lie."""
+    rx, out, total = re.compile(pattern), {}, 0
 
     def target(name: str) -> Path | None:
         m = rx.fullmatch(name)
@@ -306,28 +510,42 @@ def _extract(archive: Path, pattern: str, into: Path) -> dict[str, Path]:
             return None
         return into / m.group(1)
 
+    def write(src, dest: Path, name: str) -> None:
+        nonlocal total
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        written = 0
+        with open(dest, "wb") as dst:
+            while block := src.read(1 << 20):
+                written, total = written + len(block), total + len(block)
+                if written > limits.max_member:
+                    raise _Refused(f"member {name} unpacks to more than {limits.max_member} bytes "
+                                   "(--max-member-size, MEMSTATE_FETCH_MAX_MEMBER_SIZE)")  # fmt: skip
+                if total > limits.max_unpacked:
+                    raise _Refused(f"its members unpack to more than {limits.max_unpacked} bytes "
+                                   "(--max-unpacked-size, MEMSTATE_FETCH_MAX_UNPACKED_SIZE)")  # fmt: skip
+                dst.write(block)
+        out[dest.relative_to(into).as_posix()] = dest
+
     if zipfile.is_zipfile(archive):
         with zipfile.ZipFile(archive) as z:
             for info in z.infolist():
                 if not info.is_dir() and (dest := target(info.filename)) is not None:
-                    dest.parent.mkdir(parents=True, exist_ok=True)
-                    with z.open(info) as src, open(dest, "wb") as dst:
-                        shutil.copyfileobj(src, dst, 1 << 20)
-                    out[dest.relative_to(into).as_posix()] = dest
+                    with z.open(info) as src:
+                        write(src, dest, info.filename)
     else:
         with tarfile.open(archive) as t:
             for member in t:
                 if member.isfile() and (dest := target(member.name)) is not None:
-                    dest.parent.mkdir(parents=True, exist_ok=True)
-                    with t.extractfile(member) as src, open(dest, "wb") as dst:
-                        shutil.copyfileobj(src, dst, 1 << 20)
-                    out[dest.relative_to(into).as_posix()] = dest
+                    with t.extractfile(member) as src:
+                        write(src, dest, member.name)
     if not out:
-        raise FetchError(f"{archive}: no member matches {pattern}; not the release this table expects")
+        raise _Refused(f"no member matches {pattern}; not the release this table expects")
     return out
 
 
-def fetch_file(name: str, dataset: Dataset, src: Source, out: Path, lock: Lock, size: str) -> str:
+def fetch_file(
+    name: str, dataset: Dataset, src: Source, out: Path, lock: Lock, size: str, limits: Limits = Limits()
+) -> str:
     """Fetch one source of ``name`` into ``out/name``; returns the line to print."""
     file = src.file.format(size=size)
     key, target_dir, url = f"{name}/{file}", out / name, source_url(Source(file, src.url, src.hub))
@@ -347,8 +565,12 @@ def fetch_file(name: str, dataset: Dataset, src: Source, out: Path, lock: Lock, 
         staging = target_dir / ".hub"
         got_path, commit = download_hub(src, file, staging)
         os.replace(got_path, part)
+        if part.stat().st_size > limits.max_file:  # checked after the fact: huggingface_hub writes it
+            part.unlink()
+            raise FetchError(f"{url}: more than {limits.max_file} bytes (--max-file-size, "
+                             "MEMSTATE_FETCH_MAX_FILE_SIZE); the download was deleted")  # fmt: skip
     else:
-        download_http(url, part)
+        url = download_http(url, part, allowed=allowed_origins(src, url), size=src.size_bytes, limits=limits)
     got = sha256_of(part)
     if want is not None and got != want:
         part.unlink()
@@ -368,7 +590,7 @@ def fetch_file(name: str, dataset: Dataset, src: Source, out: Path, lock: Lock, 
         os.replace(part, target_dir / file)
         line = f"{key}: fetched ({record['size']} bytes, sha256 {got})"
     else:
-        record["members"] = _unpack(part, src.members, target_dir)
+        record["members"] = _unpack(part, src, target_dir, limits)
         part.unlink()
         line = f"{key}: fetched and unpacked {len(record['members'])} files ({record['size']} bytes, sha256 {got})"
     if src.hub is not None:
@@ -377,18 +599,34 @@ def fetch_file(name: str, dataset: Dataset, src: Source, out: Path, lock: Lock, 
     return line
 
 
-def _unpack(archive: Path, pattern: str, target_dir: Path) -> dict[str, str]:
-    """Unpack the matching members beside the target, check the ones already there, then rename into place."""
+def _unpack(archive: Path, src: Source, target_dir: Path, limits: Limits) -> dict[str, str]:
+    """Unpack the matching members beside the target, check the ones already there, then rename into place. An
+    archive that cannot be used is deleted (a rerun downloads it again): kept, it would only fail the same way."""
     tmp = Path(tempfile.mkdtemp(prefix=".unpack-", dir=target_dir))
     try:
         try:
-            members = _extract(archive, pattern, tmp)
+            members = _extract(archive, src.members, tmp, limits)
+            missing = [g for g in src.expect if not any(fnmatch.fnmatchcase(rel, g) for rel in members)]
+            if missing:
+                raise _Refused(f"holds no {', '.join(missing)}; not the whole release")
         except OSError as e:
-            if e.errno == errno.ENOSPC:
+            if e.errno == errno.ENOSPC:  # the archive is fine: kept for the rerun once there is room
                 raise _disk_full(e, tmp / "x") from e
-            raise
-        except (zipfile.BadZipFile, tarfile.TarError) as e:
-            raise FetchError(f"{archive}: not a readable archive ({e})") from e
+            if e.errno is not None and not isinstance(e, gzip.BadGzipFile):  # the disk's, not the archive's
+                raise FetchError(f"unpacking {archive}: {e.strerror} ({e.filename}); the archive is kept, rerun "
+                                 "once that is fixed") from e  # fmt: skip
+            archive.unlink()  # a decompressor's error (no errno): the archive's bytes are bad
+            raise FetchError(f"{archive}: not a readable archive ({_causes(e)}); it was deleted, rerun to fetch it "
+                             "again") from e  # fmt: skip
+        # Truncated or corrupt, an encrypted zip member (RuntimeError), an unknown compression (NotImplementedError)
+        except (zipfile.BadZipFile, tarfile.TarError, EOFError, zlib.error, lzma.LZMAError, RuntimeError,
+                NotImplementedError) as e:  # fmt: skip
+            archive.unlink()
+            raise FetchError(f"{archive}: not a readable archive ({_causes(e)}); it was deleted, rerun to fetch it "
+                             "again") from e  # fmt: skip
+        except _Refused as e:
+            archive.unlink()
+            raise FetchError(f"{archive}: {e}; it was deleted, nothing unpacked") from e
         digests = {rel: sha256_of(path) for rel, path in sorted(members.items())}
         for rel, digest in digests.items():  # all checked before anything moves
             _check_present(target_dir / rel, digest, f"the archive just fetched ({archive.name[:-5]})")
@@ -400,14 +638,37 @@ def _unpack(archive: Path, pattern: str, target_dir: Path) -> dict[str, str]:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-def fetch(names: list[str], out: str | Path, size: str = "32k", echo=print) -> Path:
-    """Fetch every dataset of ``names`` ("all": every one) into ``out``; returns the lock file."""
+def clean_stale(name: str, dataset: Dataset, target_dir: Path) -> list[Path]:
+    """Remove what an interrupted run of ``name`` left and no run can use: every ``.unpack-*`` folder (an unpack is
+    redone from its archive), and a ``.part`` (or ``.part.etag``) of a file the table no longer names for any
+    ``--size``. A ``.part`` the table names is kept: it is resumable. Returns what was removed."""
+    if not target_dir.is_dir():
+        return []
+    named = {src.file.format(size=s) for src in dataset.sources for s in SIZES}
+    removed = []
+    for path in sorted(target_dir.iterdir()):
+        if path.name.startswith(".unpack-") and path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path)
+        elif path.is_file() and path.name.endswith((".part", ".part.etag")):
+            if path.name.removesuffix(".etag").removesuffix(".part") in named:
+                continue
+            path.unlink()
+        else:
+            continue
+        removed.append(path)
+    return removed
+
+
+def fetch(names: list[str], out: str | Path, size: str = "32k", echo=print, limits: Limits | None = None) -> Path:
+    """Fetch every dataset of ``names`` ("all": every one) into ``out``; returns the lock file. ``limits``: the
+    bounds, by default from the environment (``resolve_limits``)."""
     if size not in SIZES:
         raise FetchError(f"--size {size}: one of {', '.join(SIZES)}")
     wanted = list(DATASETS) if "all" in names else list(dict.fromkeys(names))
     unknown = [n for n in wanted if n not in DATASETS]
     if unknown:
         raise FetchError(f"unknown dataset(s) {', '.join(unknown)}; known: {', '.join(DATASETS)}, all")
+    limits = limits or resolve_limits()
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     lock = Lock(out)
@@ -415,8 +676,10 @@ def fetch(names: list[str], out: str | Path, size: str = "32k", echo=print) -> P
         dataset = DATASETS[name]
         flag = "NON-COMMERCIAL: " if dataset.non_commercial else ""
         echo(f"{name}: licence: {flag}{dataset.licence}")
+        for path in clean_stale(name, dataset, out / name):
+            echo(f"{name}: removed {path.name} (left by an interrupted run)")
         for src in dataset.sources:
-            echo(fetch_file(name, dataset, src, out, lock, size))
+            echo(fetch_file(name, dataset, src, out, lock, size, limits))
     return lock.path
 
 
@@ -430,18 +693,33 @@ def make_parser(prog: str) -> argparse.ArgumentParser:
         "under data/raw), verify or record their sha256 in OUT/memstate-data.lock.json, resume interrupted "
         "downloads. Reruns skip files that are up to date.",
         epilog=f"environment: {BASE_URL_ENV} replaces the scheme and host of every HTTP source (a mirror); "
-        "HF_ENDPOINT the Hugging Face Hub's (PersonaMem). Sources, pins and licences: docs/data_fetch.md.",
+        "HF_ENDPOINT the Hugging Face Hub's (PersonaMem); the bounds' variables are named in their flags' help. "
+        "Sources, pins, licences and bounds: docs/data_fetch.md.",
     )
     p.add_argument("names", nargs="+", choices=[*DATASETS, "all"], metavar="NAME",
                    help=f"Datasets: {', '.join(DATASETS)}, or all.")  # fmt: skip
     p.add_argument("--out", required=True, help="Folder to write OUT/<name>/… and the lock file into.")
     p.add_argument("--size", default="32k", choices=SIZES, help="PersonaMem's context length variant.")
+    d = Limits()
+    p.add_argument("--max-file-size", dest="max_file", metavar="SIZE",
+                   help=f"Most bytes one download may have when the table gives no size (default {d.max_file // GiB}G; "
+                   f"or {LIMIT_ENV['max_file']}).")  # fmt: skip
+    p.add_argument("--max-member-size", dest="max_member", metavar="SIZE",
+                   help=f"Most bytes one archive member may unpack to (default {d.max_member // GiB}G; "
+                   f"or {LIMIT_ENV['max_member']}).")  # fmt: skip
+    p.add_argument("--max-unpacked-size", dest="max_unpacked", metavar="SIZE",
+                   help=f"Most bytes all members of one archive may unpack to (default {d.max_unpacked // GiB}G; "
+                   f"or {LIMIT_ENV['max_unpacked']}).")  # fmt: skip
+    p.add_argument("--deadline", metavar="SECONDS",
+                   help=f"Wall-clock seconds one HTTP download may take; a rerun resumes it (default "
+                   f"{d.deadline:g}; or {LIMIT_ENV['deadline']}).")  # fmt: skip
     return p
 
 
 def run(args: argparse.Namespace) -> int:
     try:
-        lock = fetch(args.names, args.out, args.size)
+        limits = resolve_limits(**{field: getattr(args, field, None) for field in LIMIT_ENV})
+        lock = fetch(args.names, args.out, args.size, limits=limits)
     except KeyboardInterrupt:
         sys.stderr.write("interrupted: a .part file keeps what was received; rerun the same command to resume\n")
         return 130

@@ -12,6 +12,7 @@ import socket
 import tarfile
 import threading
 import zipfile
+from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -35,12 +36,14 @@ def sha(data: bytes) -> str:
 
 
 class Server:
-    """Serves ``files`` (URL path → bytes) with Range support; ``drop[path] = n`` sends n bytes of the body then cuts
-    the connection (once); ``no_range`` answers 200 to every Range; Hub paths (``/datasets/…``) carry the headers
-    huggingface_hub reads (X-Repo-Commit, ETag). ``log``: (method, path, Range header) of every request."""
+    """Serves ``files`` (URL path → bytes) with Range support; ``hooks[path](handler)`` answers instead (the hostile
+    server of the tests below); ``drop[path] = n`` sends n bytes of the body then cuts the connection (once);
+    ``no_range`` answers 200 to every Range; Hub paths (``/datasets/…``) carry the headers huggingface_hub reads
+    (X-Repo-Commit, ETag). ``log``: (method, path, Range header) of every request."""
 
     def __init__(self):
         self.files: dict[str, bytes] = {}
+        self.hooks: dict[str, Callable[[BaseHTTPRequestHandler], None]] = {}  # a hostile answer instead
         self.drop: dict[str, int] = {}
         self.no_range = False
         self.log: list[tuple[str, str, str | None]] = []
@@ -61,6 +64,9 @@ class Server:
             def _serve(self, body: bool):
                 path, rng = urlsplit(self.path).path, self.headers.get("Range")
                 server.log.append((self.command, path, rng))
+                if path in server.hooks:
+                    server.hooks[path](self)
+                    return
                 data = server.files.get(path)
                 if data is None:
                     self.send_response(404)
@@ -104,7 +110,7 @@ class Server:
 
         self.httpd = Quiet(("127.0.0.1", 0), Handler)
         self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
-        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+        threading.Thread(target=self.httpd.serve_forever, args=(0.05,), daemon=True).start()
 
     def gets(self) -> list[tuple[str, str | None]]:
         return [(p, r) for m, p, r in self.log if m == "GET"]
@@ -300,11 +306,12 @@ def test_a_complete_part_is_not_downloaded_again(server, tmp_path):
 
 def test_a_checksum_mismatch_deletes_the_download(server, tmp_path, capsys):
     path = f"{MEMSYCO_PATH}/schema.json"
-    server.files[path] = b'{"tampered": true}'
+    tampered = b'{"tampered": true}'.ljust(len(server.files[path]))  # the table's size: the sha256 must catch it
+    server.files[path] = tampered
     assert main(["data", "fetch", "memsyco", "--out", str(tmp_path)]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1
-    assert f"{server.url}{path}" in err and sha(b'{"tampered": true}') in err
+    assert f"{server.url}{path}" in err and sha(tampered) in err
     assert "8c54d9a53c9a44478f49dbcb003b6251e09d894fb63b687671f9796c13c11b6c" in err
     assert not (tmp_path / "memsyco" / "schema.json").exists()
     assert not (tmp_path / "memsyco" / "schema.json.part").exists()
@@ -366,3 +373,347 @@ def test_a_full_disk_is_one_line(server, tmp_path, monkeypatch, capsys):
     assert main(["data", "fetch", "locomo", "--out", str(tmp_path)]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "disk full writing" in err and "locomo10.json.part" in err
+
+
+# ---- a hostile server: every attack is one line, nothing it sent is trusted, an honest rerun succeeds -------------
+
+LOCOMO = "/snap-research/locomo/main/data/locomo10.json"
+WIKI_ZIP = "/download/fever/wiki-pages.zip"
+SCIFACT_TGZ = "/release/latest/data.tar.gz"
+
+
+def answer(h: BaseHTTPRequestHandler, status: int, headers: dict[str, str], body: bytes = b"") -> None:
+    h.send_response(status)
+    for name, value in headers.items():
+        h.send_header(name, value)
+    h.end_headers()
+    h.wfile.write(body)
+
+
+def one_line_error(capsys, *argv: str) -> str:
+    """Run ``memstate data fetch ARGV``: it must exit 2 with one line on stderr and no traceback; the line."""
+    assert main(["data", "fetch", *argv]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "Traceback" not in err, err
+    assert err.startswith("memstate data fetch: error: "), err
+    return err
+
+
+def lock_files(out: Path) -> dict:
+    return json.loads((out / LOCK_NAME).read_text())["files"] if (out / LOCK_NAME).exists() else {}
+
+
+def leftovers(out: Path) -> list[str]:
+    return sorted(p.name for p in out.rglob("*") if p.name.endswith((".part", ".etag")) or ".unpack-" in p.name)
+
+
+def honest_rerun(server: Server, out: Path, name: str, key: str, capsys) -> dict:
+    """The hooks gone, the same command succeeds; the lock entry of ``key``."""
+    server.hooks.clear()
+    assert main(["data", "fetch", name, "--out", str(out)]) == 0, capsys.readouterr().err
+    capsys.readouterr()
+    return lock_files(out)[key]
+
+
+def _cut_locomo(server: Server, out: Path, capsys) -> bytes:
+    """The first run is cut after 1000 bytes: the .part keeps them."""
+    server.drop[LOCOMO] = 1000
+    one_line_error(capsys, "locomo", "--out", str(out))
+    assert (out / "locomo" / "locomo10.json.part").stat().st_size == 1000
+    return server.files[LOCOMO]
+
+
+def test_a_416_whose_size_is_not_the_parts_restarts_from_zero(server, tmp_path, capsys):
+    """Issue 56: cut at 1000 bytes, then `416 bytes */N` (N the real size): the .part is not complete. It used to be
+    renamed into place and trusted; now the file is fetched again from byte 0 and only the whole file is recorded."""
+    data = _cut_locomo(server, tmp_path, capsys)
+
+    def refuse_ranges(h):
+        if h.headers.get("Range"):
+            answer(h, 416, {"Content-Range": f"bytes */{len(data)}", "Content-Length": "0"})
+        else:
+            answer(h, 200, {"Content-Length": str(len(data))}, data)
+
+    server.hooks[LOCOMO] = refuse_ranges
+    server.log.clear()
+    assert main(["data", "fetch", "locomo", "--out", str(tmp_path)]) == 0
+    assert server.gets() == [(LOCOMO, "bytes=1000-"), (LOCOMO, None)]
+    assert (tmp_path / "locomo" / "locomo10.json").read_bytes() == data
+    assert lock_files(tmp_path)["locomo/locomo10.json"]["sha256"] == sha(data)
+    assert leftovers(tmp_path) == []
+
+
+def test_a_416_without_a_size_is_one_line_saying_delete_the_part(server, tmp_path, capsys):
+    data = _cut_locomo(server, tmp_path, capsys)
+    server.hooks[LOCOMO] = lambda h: answer(h, 416, {"Content-Length": "0"})
+    err = one_line_error(capsys, "locomo", "--out", str(tmp_path))
+    part = tmp_path / "locomo" / "locomo10.json.part"
+    assert "HTTP 416" in err and f"delete {part} to restart" in err
+    assert part.read_bytes() == data[:1000]  # kept for the operator to decide; never renamed into place
+    assert not (tmp_path / "locomo" / "locomo10.json").exists() and lock_files(tmp_path) == {}
+    server.log.clear()
+    assert honest_rerun(server, tmp_path, "locomo", "locomo/locomo10.json", capsys)["sha256"] == sha(data)
+    assert server.gets() == [(LOCOMO, "bytes=1000-")]
+
+
+def test_a_body_that_ends_before_its_content_range_says_is_resumable(server, tmp_path, capsys):
+    """A 206 with `Content-Range: bytes 1000-…/N` whose (chunked) body ends cleanly early: not complete."""
+    data = _cut_locomo(server, tmp_path, capsys)
+
+    def short(h):
+        h.send_response(206)
+        assert len(data) > 2000
+        h.send_header("Content-Range", f"bytes 1000-{len(data) - 1}/{len(data)}")
+        h.send_header("Transfer-Encoding", "chunked")
+        h.end_headers()
+        h.wfile.write(b"%x\r\n%s\r\n0\r\n\r\n" % (1000, data[1000:2000]))
+
+    server.hooks[LOCOMO] = short
+    err = one_line_error(capsys, "locomo", "--out", str(tmp_path))
+    assert f"ended after 2000 of {len(data)} bytes" in err and "rerun the same command to resume" in err
+    assert (tmp_path / "locomo" / "locomo10.json.part").read_bytes() == data[:2000]
+    assert lock_files(tmp_path) == {}
+    server.log.clear()
+    assert honest_rerun(server, tmp_path, "locomo", "locomo/locomo10.json", capsys)["sha256"] == sha(data)
+    assert server.gets() == [(LOCOMO, "bytes=2000-")]
+
+
+def _deflated_zip(files: dict[str, bytes]) -> bytes:
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED) as z:
+        for name, data in files.items():
+            z.writestr(name, data)
+    return buf.getvalue()
+
+
+@pytest.mark.parametrize(
+    "members, flag, said",
+    [
+        ({"wiki-pages/wiki-001.jsonl": bytes(3 << 20)}, "--max-member-size", "member wiki-pages/wiki-001.jsonl"),
+        ({f"wiki-pages/wiki-00{i}.jsonl": bytes(700 << 10) for i in range(1, 4)}, "--max-unpacked-size", "members"),
+    ],
+    ids=["one-member", "all-members"],
+)
+def test_a_zip_bomb_stops_at_the_cap_and_nothing_is_unpacked(server, tmp_path, capsys, members, flag, said):
+    bomb = _deflated_zip(members)
+    assert len(bomb) < 20_000  # a few KB that would expand to MBs (the issue's: 1 MB to 1 GB)
+    honest = server.files[WIKI_ZIP]
+    server.files[WIKI_ZIP] = bomb
+    err = one_line_error(capsys, "fever", "--out", str(tmp_path), flag, "1M")
+    assert f"{said} unpack" in err and "more than 1048576 bytes" in err and flag in err and "deleted" in err
+    assert not (tmp_path / "fever" / "wiki-pages").exists() and leftovers(tmp_path) == []
+    assert "fever/wiki-pages.zip" not in lock_files(tmp_path)
+    server.files[WIKI_ZIP] = honest
+    assert honest_rerun(server, tmp_path, "fever", "fever/wiki-pages.zip", capsys)["sha256"] == sha(honest)
+    assert sorted(p.name for p in (tmp_path / "fever" / "wiki-pages").iterdir()) == ["wiki-001.jsonl", "wiki-002.jsonl"]
+
+
+def _endless(h):
+    """Headers without a length, then bytes until the client hangs up."""
+    h.close_connection = True
+    h.send_response(200)
+    h.end_headers()
+    try:
+        while True:
+            h.wfile.write(b"x" * 65536)
+    except OSError:
+        pass
+
+
+@pytest.mark.parametrize(
+    "name, path, env, said",
+    [
+        ("locomo", LOCOMO, {"MEMSTATE_FETCH_MAX_FILE_SIZE": "1M"}, "more than 1048576 bytes (--max-file-size"),
+        ("memsyco", f"{MEMSYCO_PATH}/schema.json", {}, "more than 2773 bytes (the size the table gives)"),
+    ],
+    ids=["default-cap", "pinned-size"],
+)
+def test_an_endless_body_stops_at_the_cap_and_is_deleted(server, tmp_path, capsys, monkeypatch, name, path, env, said):
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    server.hooks[path] = _endless
+    err = one_line_error(capsys, name, "--out", str(tmp_path))
+    assert said in err and "the download was deleted" in err
+    assert leftovers(tmp_path) == []
+    assert not (tmp_path / name / Path(path).name).exists()
+    assert f"{name}/{Path(path).name}" not in lock_files(tmp_path)
+    assert honest_rerun(server, tmp_path, name, f"{name}/{Path(path).name}", capsys)["sha256"] == sha(
+        server.files[path]
+    )
+
+
+def test_an_announced_length_over_the_cap_is_refused_before_writing(server, tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("MEMSTATE_FETCH_MAX_FILE_SIZE", "1K")
+    err = one_line_error(capsys, "locomo", "--out", str(tmp_path))
+    assert f"announces {len(server.files[LOCOMO])} bytes, more than 1024" in err and leftovers(tmp_path) == []
+    monkeypatch.delenv("MEMSTATE_FETCH_MAX_FILE_SIZE")
+    honest_rerun(server, tmp_path, "locomo", "locomo/locomo10.json", capsys)
+
+
+def test_a_dripping_server_is_stopped_by_the_deadline_and_the_rerun_resumes(server, tmp_path, capsys):
+    """A byte every 0.3 s: each read is quick, so only a wall-clock deadline (here 1.5 s) ends it."""
+    data = server.files[LOCOMO]
+
+    def drip(h):
+        h.send_response(200)
+        h.send_header("Content-Length", str(len(data)))
+        h.end_headers()
+        try:
+            for byte in data:
+                h.wfile.write(bytes([byte]))
+                h.wfile.flush()
+                threading.Event().wait(0.3)
+        except OSError:
+            pass
+
+    server.hooks[LOCOMO] = drip
+    err = one_line_error(capsys, "locomo", "--out", str(tmp_path), "--deadline", "1.5")
+    assert "not done within the 1.5 s deadline" in err and "rerun the same command to resume" in err
+    kept = (tmp_path / "locomo" / "locomo10.json.part").read_bytes()
+    assert 0 < len(kept) < len(data) and data.startswith(kept)
+    assert not (tmp_path / "locomo" / "locomo10.json").exists() and lock_files(tmp_path) == {}
+    server.log.clear()
+    assert honest_rerun(server, tmp_path, "locomo", "locomo/locomo10.json", capsys)["sha256"] == sha(data)
+    assert server.gets() == [(LOCOMO, f"bytes={len(kept)}-")]
+
+
+@pytest.mark.parametrize("target", ["http://localhost:{port}{path}", "https://elsewhere.example{path}"])
+def test_a_redirect_to_another_host_is_refused(server, tmp_path, capsys, target):
+    port = urlsplit(server.url).port
+    server.hooks[LOCOMO] = lambda h: answer(h, 302, {"Location": target.format(port=port, path=LOCOMO),
+                                                    "Content-Length": "0"})  # fmt: skip
+    err = one_line_error(capsys, "locomo", "--out", str(tmp_path))
+    assert f"redirected to {target.format(port=port, path=LOCOMO)}" in err and "nothing was written" in err
+    assert server.gets() == [(LOCOMO, None)]  # the other host was not asked
+    assert leftovers(tmp_path) == [] and lock_files(tmp_path) == {}
+    honest_rerun(server, tmp_path, "locomo", "locomo/locomo10.json", capsys)
+
+
+def test_a_redirect_inside_the_allow_list_is_followed_and_the_final_url_recorded(server, tmp_path, capsys):
+    server.files["/mirror/locomo10.json"] = server.files[LOCOMO]
+    server.hooks[LOCOMO] = lambda h: answer(h, 301, {"Location": "/mirror/locomo10.json", "Content-Length": "0"})
+    assert main(["data", "fetch", "locomo", "--out", str(tmp_path)]) == 0
+    entry = lock_files(tmp_path)["locomo/locomo10.json"]
+    assert entry["source"] == f"{server.url}/mirror/locomo10.json"
+    assert entry["sha256"] == sha(server.files[LOCOMO])
+
+
+def test_the_allow_list_is_the_urls_origin_and_the_sources_https_hosts(monkeypatch):
+    monkeypatch.delenv("MEMSTATE_FETCH_BASE_URL", raising=False)
+    src = Source("f", "https://a.example/f", hosts=("CDN.example",))
+    assert fetch_module.allowed_origins(src, src.url) == {("https", "a.example", 443), ("https", "cdn.example", 443)}
+    monkeypatch.setenv("MEMSTATE_FETCH_BASE_URL", "http://127.0.0.1:8080")  # a mirror stands for every host
+    url = fetch_module.source_url(src)
+    assert fetch_module.allowed_origins(src, url) == {("http", "127.0.0.1", 8080)}
+
+
+def test_a_redirect_loop_is_one_line(server, tmp_path, capsys):
+    server.hooks[LOCOMO] = lambda h: answer(h, 302, {"Location": LOCOMO, "Content-Length": "0"})
+    err = one_line_error(capsys, "locomo", "--out", str(tmp_path))
+    assert "more than 5 redirects" in err and len(server.gets()) == 6
+    assert leftovers(tmp_path) == [] and lock_files(tmp_path) == {}
+    honest_rerun(server, tmp_path, "locomo", "locomo/locomo10.json", capsys)
+
+
+@pytest.mark.parametrize("encoding", ["deflate", "gzip"])
+def test_an_encoded_body_is_refused_not_stored(server, tmp_path, capsys, encoding):
+    import gzip
+    import zlib
+
+    data = server.files[LOCOMO]
+    body = zlib.compress(data) if encoding == "deflate" else gzip.compress(data)
+    server.hooks[LOCOMO] = lambda h: answer(h, 200, {"Content-Encoding": encoding,
+                                                    "Content-Length": str(len(body))}, body)  # fmt: skip
+    err = one_line_error(capsys, "locomo", "--out", str(tmp_path))
+    assert f"Content-Encoding {encoding}" in err and "refused" in err
+    assert leftovers(tmp_path) == [] and lock_files(tmp_path) == {}
+    assert not (tmp_path / "locomo" / "locomo10.json").exists()
+    assert honest_rerun(server, tmp_path, "locomo", "locomo/locomo10.json", capsys)["sha256"] == sha(data)
+
+
+def test_an_archive_missing_expected_members_is_refused(server, tmp_path, capsys):
+    honest = server.files[SCIFACT_TGZ]
+    half = {f"data/{n}": (FIX / "scifact" / n).read_bytes() for n in ("claims_train.jsonl", "corpus.jsonl")}
+    server.files[SCIFACT_TGZ] = _targz(half)
+    err = one_line_error(capsys, "scifact", "--out", str(tmp_path))
+    assert "holds no claims_dev.jsonl, claims_test.jsonl" in err and "deleted, nothing unpacked" in err
+    assert list((tmp_path / "scifact").iterdir()) == [] and lock_files(tmp_path) == {}
+    server.files[SCIFACT_TGZ] = honest
+    assert len(honest_rerun(server, tmp_path, "scifact", "scifact/data.tar.gz", capsys)["members"]) == 4
+
+
+def _corrupt_zip() -> bytes:
+    """The wiki zip, deflated, with garbage in the middle of the first member's compressed bytes."""
+    pages = {f"wiki-pages/{p.name}": p.read_bytes() * 20 for p in sorted((FIX / "fever" / "wiki-pages").glob("*"))}
+    data = bytearray(_deflated_zip(pages))
+    data[100:140] = b"\xff" * 40
+    return bytes(data)
+
+
+@pytest.mark.parametrize(
+    "path, name, key, bad",
+    [
+        (SCIFACT_TGZ, "scifact", "scifact/data.tar.gz", lambda honest: honest[: len(honest) // 2]),  # EOFError
+        (WIKI_ZIP, "fever", "fever/wiki-pages.zip", lambda honest: _corrupt_zip()),  # zlib.error
+    ],
+    ids=["truncated-tar-gz", "corrupt-zip"],
+)
+def test_an_unreadable_archive_is_one_line_deleted_and_never_trusted(server, tmp_path, capsys, path, name, key, bad):
+    honest = server.files[path]
+    server.files[path] = bad(honest)
+    err = one_line_error(capsys, name, "--out", str(tmp_path))
+    archive = tmp_path / name / f"{Path(path).name}.part"
+    assert f"{archive}: not a readable archive" in err and "it was deleted, rerun to fetch it again" in err
+    assert not archive.exists() and leftovers(tmp_path) == [] and key not in lock_files(tmp_path)
+    server.files[path] = honest
+    assert honest_rerun(server, tmp_path, name, key, capsys)["sha256"] == sha(honest)
+
+
+def test_a_rerun_after_a_kill_removes_what_the_killed_run_left(server, tmp_path, capsys):
+    """A kill during unpacking leaves a `.unpack-*` folder; a .part of a file the table no longer names is an
+    orphan. Both go at the start of the dataset's fetch; a .part the table still names (another --size) stays."""
+    stale = tmp_path / "scifact" / ".unpack-k1ll3d"
+    stale.mkdir(parents=True)
+    (stale / "corpus.jsonl").write_bytes(b'{"doc_id": 1, "abs')  # half a member
+    persona = tmp_path / "personamem"
+    persona.mkdir()
+    (persona / "questions_128k.csv.part").write_bytes(b"resumable")
+    (persona / "questions_old.csv.part").write_bytes(b"orphan")
+    (persona / "questions_old.csv.part.etag").write_text('"x"')
+    assert main(["data", "fetch", "scifact", "personamem", "--out", str(tmp_path)]) == 0
+    printed = capsys.readouterr().out
+    assert "scifact: removed .unpack-k1ll3d" in printed and "personamem: removed questions_old.csv.part" in printed
+    assert not stale.exists()
+    assert sorted(p.name for p in (tmp_path / "scifact").iterdir()) == [
+        "claims_dev.jsonl", "claims_test.jsonl", "claims_train.jsonl", "corpus.jsonl"]  # fmt: skip
+    assert (tmp_path / "scifact" / "corpus.jsonl").read_bytes() == (FIX / "scifact" / "corpus.jsonl").read_bytes()
+    assert sorted(p.name for p in persona.iterdir()) == [
+        "questions_128k.csv.part", "questions_32k.csv", "shared_contexts_32k.jsonl"]  # fmt: skip
+    assert (persona / "questions_128k.csv.part").read_bytes() == b"resumable"
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "[]",
+        '"files"',
+        '{"files": []}',
+        '{"files": {"locomo/locomo10.json": 1}}',
+        '{"files": {"locomo/locomo10.json": {"sha256": 5}}}',
+        '{"files": {"scifact/data.tar.gz": {"members": ["corpus.jsonl"]}}}',
+        "{not json",
+    ],
+)
+def test_a_malformed_lock_file_is_one_line(server, tmp_path, capsys, text):
+    (tmp_path / LOCK_NAME).write_text(text)
+    err = one_line_error(capsys, "locomo", "scifact", "--out", str(tmp_path))
+    assert f"{tmp_path / LOCK_NAME}: not a memstate lock file" in err and "move it away" in err
+    assert (tmp_path / LOCK_NAME).read_text() == text and not (tmp_path / "locomo").exists()
+    (tmp_path / LOCK_NAME).unlink()
+    assert main(["data", "fetch", "locomo", "--out", str(tmp_path)]) == 0
+
+
+@pytest.mark.parametrize("argv", [["--max-file-size", "lots"], ["--deadline", "-3"], ["--max-member-size", "0"]])
+def test_a_bad_bound_is_one_line(tmp_path, capsys, argv):
+    err = one_line_error(capsys, "locomo", "--out", str(tmp_path), *argv)
+    assert f"{argv[0]} {argv[1]!r}" in err
