@@ -357,3 +357,27 @@ def test_strict_build_raises_at_each_bad_record_in_turn(tmp_path):
     (src / "train.jsonl").write_text("\n".join(lines) + "\n", encoding="utf-8")
     m = build_data(config, tmp_path / "o")
     assert m["records"]["skipped"] == 0
+
+
+def test_hostile_claim_lines_are_skipped_and_listed_with_skip_invalid(tmp_path, monkeypatch):
+    """Issue 56: a line over the record limit, JSON nested too deeply for the parser and a claim with a lone
+    surrogate are invalid records: listed with their line and counted in the balance, the build goes on."""
+    monkeypatch.setenv("MEMSTATE_MAX_RECORD_BYTES", "4000")
+    src = tmp_path / "fever"
+    shutil.copytree(FIXTURE / "wiki-pages", src / "wiki-pages")
+    lines = (FIXTURE / "train.jsonl").read_text(encoding="utf-8").splitlines()
+    first = json.loads(lines[0])
+    hostile = [
+        json.dumps(first | {"id": 990001, "claim": "x" * 5000}),
+        '{"id": 990002, "claim": ' + "[" * 1500 + "]" * 1500 + "}",
+        json.dumps(first | {"id": 990003, "claim": "Tokyo \ud800 is big."}),  # written as the "\\ud800" escape
+    ]
+    (src / "claims.jsonl").write_text("\n".join(lines + hostile) + "\n", encoding="utf-8")
+    m = build_data(fixture_config(dir=str(src), claim_files=["claims.jsonl"], shortcut_probe="warn"), tmp_path / "o")
+    skipped = {s["line"]: s["reason"] for s in m["skipped"] if s["file"].endswith("claims.jsonl")}
+    n = TRAIN_LINES
+    assert skipped[n + 1].startswith("line of 5") and "over the 4000-byte limit" in skipped[n + 1]
+    assert skipped[n + 2] == "invalid JSON (nested too deeply)"
+    assert skipped[n + 3] == "field 'claim': lone surrogate U+D800 at character 7 (not valid Unicode text)"
+    balance = m["records"]["per_file"][str(src / "claims.jsonl")]
+    assert balance["read"] == n + 3 and balance["skipped"] == len(skipped) == 5 + 3  # the fixture's own 5, and 3

@@ -313,3 +313,23 @@ def test_meta_round_trips_through_arrow(full):
 def test_reading_is_deterministic(full):
     again, log = read()
     assert again == full[0] and log.records == full[1].records
+
+
+def test_hostile_claim_lines_are_invalid_records(tmp_path, monkeypatch):
+    """Issue 56: a line over the record limit (not read whole), JSON nested too deeply for the parser and a claim
+    with a lone surrogate are skipped and listed like any other invalid record; strict mode names the first."""
+    monkeypatch.setenv("MEMSTATE_MAX_RECORD_BYTES", "4000")
+    good = train_lines()[0]
+    lines = [good, claim_line(901, {}, [], "x" * 5000), '{"id": 902, "claim": ' + "[" * 1500 + "]" * 1500 + "}"]
+    lines.append(claim_line(903, {}, [1150], "A \ud800 claim."))  # json.dumps writes the "\\ud800" escape
+    src = fixture_copy(tmp_path, lines)
+    r, log = read(["claims.jsonl"], src)
+    assert len(r.items) == 1
+    assert [(s.line, s.kind) for s in log.records] == [(2, SKIP_INVALID), (3, SKIP_INVALID), (4, SKIP_INVALID)]
+    reasons = [s.reason for s in log.records]
+    assert reasons[0].startswith("line of 5062 bytes is over the 4000-byte limit of one record")
+    assert reasons[1] == "invalid JSON (nested too deeply)"
+    assert reasons[2] == "field 'claim': lone surrogate U+D800 at character 3 (not valid Unicode text)"
+    assert_balanced(r, log)
+    with pytest.raises(DataError, match=r"claims.jsonl:2: line of 5062 bytes is over the 4000-byte limit"):
+        read(["claims.jsonl"], src, skip_invalid=False)
