@@ -1,9 +1,10 @@
 """Reading a built Instance dataset (``{split}.parquet`` + ``manifest.json``), for every stage after data_build; and
 the bounds every reader of an input file applies to one record (``read_lines``, ``loads_record``, ``text_problem``).
 
-Record bounds: a line longer than ``max_record_bytes()`` (default ``MAX_RECORD_BYTES``, 4 MiB; PersonaMem shared
-contexts ``MAX_CONTEXT_BYTES``, 64 MiB; the environment variables ``MEMSTATE_MAX_RECORD_BYTES`` /
-``MEMSTATE_MAX_CONTEXT_BYTES`` change them) is refused without being held in memory; JSON nested deeper than the
+Record bounds: a line longer than ``max_record_bytes()`` (default ``MAX_RECORD_BYTES``, 4 MiB, or
+``MEMSTATE_MAX_RECORD_BYTES``; ``max_record_bytes("context")`` for formats whose lines run to megabytes, PersonaMem's
+shared contexts: ``MAX_CONTEXT_BYTES``, 64 MiB, or ``MEMSTATE_MAX_CONTEXT_BYTES``) is refused without being held in
+memory; JSON nested deeper than the
 parser recurses is invalid JSON, not a ``RecursionError``; a string with a lone surrogate (a ``"\\ud800"`` escape
 without its pair) is not text.
 """
