@@ -700,17 +700,17 @@ def make_parser(prog: str) -> argparse.ArgumentParser:
                    help=f"Datasets: {', '.join(DATASETS)}, or all.")  # fmt: skip
     p.add_argument("--out", required=True, help="Folder to write OUT/<name>/… and the lock file into.")
     p.add_argument("--size", default="32k", choices=SIZES, help="PersonaMem's context length variant.")
-    d = Limits()
-    p.add_argument("--max-file-size", dest="max_file", metavar="SIZE",
+    d = Limits()  # default SUPPRESS: unset flags fall back to their variable, and the help shows the real default
+    p.add_argument("--max-file-size", dest="max_file", default=argparse.SUPPRESS, metavar="SIZE",
                    help=f"Most bytes one download may have when the table gives no size (default {d.max_file // GiB}G; "
                    f"or {LIMIT_ENV['max_file']}).")  # fmt: skip
-    p.add_argument("--max-member-size", dest="max_member", metavar="SIZE",
+    p.add_argument("--max-member-size", dest="max_member", default=argparse.SUPPRESS, metavar="SIZE",
                    help=f"Most bytes one archive member may unpack to (default {d.max_member // GiB}G; "
                    f"or {LIMIT_ENV['max_member']}).")  # fmt: skip
-    p.add_argument("--max-unpacked-size", dest="max_unpacked", metavar="SIZE",
+    p.add_argument("--max-unpacked-size", dest="max_unpacked", default=argparse.SUPPRESS, metavar="SIZE",
                    help=f"Most bytes all members of one archive may unpack to (default {d.max_unpacked // GiB}G; "
                    f"or {LIMIT_ENV['max_unpacked']}).")  # fmt: skip
-    p.add_argument("--deadline", metavar="SECONDS",
+    p.add_argument("--deadline", default=argparse.SUPPRESS, metavar="SECONDS",
                    help=f"Wall-clock seconds one HTTP download may take; a rerun resumes it (default "
                    f"{d.deadline:g}; or {LIMIT_ENV['deadline']}).")  # fmt: skip
     return p

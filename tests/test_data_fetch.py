@@ -717,3 +717,66 @@ def test_a_malformed_lock_file_is_one_line(server, tmp_path, capsys, text):
 def test_a_bad_bound_is_one_line(tmp_path, capsys, argv):
     err = one_line_error(capsys, "locomo", "--out", str(tmp_path), *argv)
     assert f"{argv[0]} {argv[1]!r}" in err
+
+
+def test_a_bound_comes_from_its_flag_else_its_variable_else_the_default(monkeypatch, tmp_path, capsys):
+    monkeypatch.setenv("MEMSTATE_FETCH_MAX_MEMBER_SIZE", "1M")
+    monkeypatch.delenv("MEMSTATE_FETCH_DEADLINE", raising=False)
+    limits = fetch_module.resolve_limits(max_member=None, deadline="90")
+    assert (limits.max_member, limits.deadline, limits.max_file) == (1 << 20, 90.0, fetch_module.Limits().max_file)
+    assert fetch_module.resolve_limits(max_member="2M").max_member == 2 << 20
+    monkeypatch.setenv("MEMSTATE_FETCH_DEADLINE", "soon")
+    err = one_line_error(capsys, "locomo", "--out", str(tmp_path))
+    assert "MEMSTATE_FETCH_DEADLINE 'soon'" in err
+
+
+KILLED_CHILD = """
+import os, sys, time
+from pathlib import Path
+from memstate import fetch
+
+real_replace = os.replace
+
+def replace(src, dst):  # the first member renamed into place, then the process waits to be killed
+    real_replace(src, dst)
+    if ".unpack-" in str(src):
+        Path(sys.argv[2]).write_text("unpacking")
+        time.sleep(600)
+
+os.replace = replace
+fetch.fetch(["scifact"], sys.argv[1], echo=lambda line: None)
+"""
+
+
+def test_a_process_killed_while_unpacking_is_finished_by_the_rerun(server, tmp_path, capsys):
+    """A real SIGKILL between two members' renames: the .unpack-* folder, one member and the archive's .part are
+    left. The rerun removes the folder, finds the .part complete (416 with its size), checks the member already in
+    place and finishes; the lock knows the archive only then."""
+    import subprocess
+    import sys
+    import time
+
+    out, marker = tmp_path / "raw", tmp_path / "marker"
+    child = subprocess.Popen([sys.executable, "-c", KILLED_CHILD, str(out), str(marker)])
+    try:
+        for _ in range(600):  # up to a minute for the child to reach the rename (an import takes ~1 s)
+            if marker.exists() or child.poll() is not None:
+                break
+            time.sleep(0.1)
+    finally:
+        child.kill()
+        child.wait()
+    assert marker.exists(), "the child did not reach the unpack"
+    left = sorted(p.name for p in (out / "scifact").iterdir())
+    assert len([n for n in left if n.startswith(".unpack-")]) == 1 and "data.tar.gz.part" in left
+    assert len([n for n in left if n.endswith(".jsonl")]) == 1 and lock_files(out) == {}
+
+    server.log.clear()
+    assert main(["data", "fetch", "scifact", "--out", str(out)]) == 0
+    assert "scifact: removed .unpack-" in capsys.readouterr().out
+    assert server.gets() == [(SCIFACT_TGZ, f"bytes={len(server.files[SCIFACT_TGZ])}-")]  # answered 416: complete
+    assert sorted(p.name for p in (out / "scifact").iterdir()) == [
+        "claims_dev.jsonl", "claims_test.jsonl", "claims_train.jsonl", "corpus.jsonl"]  # fmt: skip
+    for name in ("claims_dev.jsonl", "corpus.jsonl"):
+        assert (out / "scifact" / name).read_bytes() == (FIX / "scifact" / name).read_bytes()
+    assert lock_files(out)["scifact/data.tar.gz"]["sha256"] == sha(server.files[SCIFACT_TGZ])
