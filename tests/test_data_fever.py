@@ -377,7 +377,7 @@ def test_hostile_claim_lines_are_skipped_and_listed_with_skip_invalid(tmp_path, 
     skipped = {s["line"]: s["reason"] for s in m["skipped"] if s["file"].endswith("claims.jsonl")}
     n = TRAIN_LINES
     assert skipped[n + 1].startswith("line of 5") and "over the 4000-byte limit" in skipped[n + 1]
-    assert skipped[n + 2] == "invalid JSON (nested too deeply)"
+    assert skipped[n + 2].startswith("invalid JSON (nested too deeply")
     assert skipped[n + 3] == "field 'claim': lone surrogate U+D800 at character 7 (not valid Unicode text)"
     balance = m["records"]["per_file"][str(src / "claims.jsonl")]
     assert balance["read"] == n + 3 and balance["skipped"] == len(skipped) == 5 + 3  # the fixture's own 5, and 3

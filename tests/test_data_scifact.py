@@ -328,7 +328,7 @@ def test_hostile_claim_lines_are_invalid_records(tmp_path, monkeypatch):
     assert [(s.line, s.kind) for s in log.records] == [(2, SKIP_INVALID), (3, SKIP_INVALID), (4, SKIP_INVALID)]
     reasons = [s.reason for s in log.records]
     assert reasons[0].startswith("line of 5062 bytes is over the 4000-byte limit of one record")
-    assert reasons[1] == "invalid JSON (nested too deeply)"
+    assert reasons[1].startswith("invalid JSON (nested too deeply")
     assert reasons[2] == "field 'claim': lone surrogate U+D800 at character 3 (not valid Unicode text)"
     assert_balanced(r, log)
     with pytest.raises(DataError, match=r"claims.jsonl:2: line of 5062 bytes is over the 4000-byte limit"):
