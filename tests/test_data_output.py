@@ -128,3 +128,24 @@ def test_a_build_that_fails_while_writing_leaves_out_as_it_was(tmp_path, capsys,
         build_data(load_data_config(cfg, progress=False), out)
     assert (digests(out) if out.exists() else None) == before
     assert sorted(p.name for p in (tmp_path / "a").iterdir()) == ([] if state == "missing" else ["b"])
+
+
+def test_a_parent_that_cannot_be_written_stages_inside_out(tmp_path, capsys, monkeypatch):
+    import tempfile
+
+    cfg = fever_source(tmp_path)
+    out = tmp_path / "built"
+    assert build(capsys, cfg, out)[0] == 0
+    (out / "notes.txt").write_text("mine\n")
+    real = tempfile.mkdtemp
+
+    def read_only_parent(*args, dir=None, **kwargs):
+        if Path(dir) == tmp_path:
+            raise PermissionError(13, "Permission denied", str(dir))
+        return real(*args, dir=dir, **kwargs)
+
+    monkeypatch.setattr(tempfile, "mkdtemp", read_only_parent)
+    (out / "train.jsonl").write_text("stale\n")
+    assert build(capsys, cfg, out)[0] == 0
+    assert (out / "train.jsonl").read_text() != "stale\n" and (out / "notes.txt").read_text() == "mine\n"
+    assert sorted(p.name for p in out.iterdir() if p.name.startswith(".")) == []  # the staging folder is gone
