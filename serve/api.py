@@ -7,14 +7,21 @@ configured), asks the served policy (vLLM's OpenAI-compatible chat endpoint), an
 asked for once more (``format_retries``); if it
 still fails, the answer is 200 with ``format_ok: false`` and no rules, so the caller can answer without a state.
 
-Status codes: 400 malformed JSON; 401 missing/wrong bearer token (only when a key is configured); 413 body over
-``max_body_bytes``; 422 a field missing, mistyped or over a limit, or a relation naming an unknown fact; 429 the API
-is at capacity (``max_concurrency`` requests at work and ``max_queue`` waiting, or a predicted wait for a slot longer
-than ``max_queue_wait_s`` or the request's deadline), with ``Retry-After``, decided before the body is read; 502 the
+Status codes: 400 malformed JSON; 401 missing/wrong bearer token; 408 the body did not arrive within
+``body_timeout_s`` of the headers (the connection is closed); 413 body over ``max_body_bytes``; 422 a field missing,
+mistyped, blank or over a limit, or a relation naming an unknown fact; 429 the API is at capacity
+(``max_concurrency`` requests at work and ``max_queue`` waiting, or a predicted wait for a slot longer than
+``max_queue_wait_s`` or the request's deadline), with ``Retry-After``, decided before the body is read; 502 the
 policy answered with an error or garbage; 503 the policy is unreachable, or (with ``Retry-After``) the request waited
 in the queue past its deadline (``queue_timeout_s``, or the request's ``X-Request-Timeout`` header when shorter); 504
-the policy did not answer within ``timeout_s``. ``GET /healthz`` (is the policy reachable?) and ``GET /metrics``
-(Prometheus) need no token. Admission and the ``Retry-After`` rule: ``serve/admission.py``.
+the policy did not answer within ``timeout_s``. Admission and the ``Retry-After`` rule: ``serve/admission.py``.
+
+Auth (``auth: token``, the default): the API refuses to start unless ``$api_key_env`` holds a key, and every endpoint
+but ``GET /healthz`` (is the policy reachable?) needs it as a bearer token — ``/metrics`` (Prometheus) and the docs
+(``/docs``, ``/redoc``, ``/openapi.json``) too, unless ``public_metrics`` / ``public_docs``. ``auth: none``
+(``--no-auth``) serves everything open, with a warning. Every answer carries an ``X-Request-ID`` header (the client's,
+when it sent a sane one); error bodies carry it as ``request_id`` and say nothing of the policy's address or errors,
+which the server logs under that id.
 """
 
 # No `from __future__ import annotations`: FastAPI resolves the dependency annotations of the closures in
@@ -25,22 +32,28 @@ import json
 import logging
 import math
 import os
+import re
 import time
+import unicodedata
+import uuid
 from collections.abc import Callable, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from dataclasses import asdict, dataclass, field
-from typing import Annotated
+from typing import Annotated, Literal
 
 import httpx
 from fastapi import Depends, FastAPI, Header, HTTPException, Request
 from fastapi.exceptions import RequestValidationError
+from fastapi.openapi.docs import get_redoc_html, get_swagger_ui_html
 from fastapi.responses import JSONResponse, Response
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from pydantic import BaseModel
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from memstate.chat import CHAT_COMPLETIONS, ChatReply, achat, chat_request
 from memstate.checkpoint import CheckpointMetadata
+from memstate.errors import ConfigError
 from memstate.http import AsyncHTTPClient, HTTPRejected, HTTPSettings, HTTPUnavailable
 from memstate.leak import leak_reason
 from memstate.prompts import DEFAULT_MAX_PROMPT_TOKENS, PROMPT_VERSION, fit_policy_prompt, policy_request_messages
@@ -105,21 +118,49 @@ class ApiConfig:
         metadata={"help": "Longest wait for a slot (the request's X-Request-Timeout header, in seconds, when "
                   "shorter); a request still queued then gets 503 and Retry-After, and is never worked on."},
     )  # fmt: skip
+    auth: Literal["token", "none"] = field(
+        default="token",
+        metadata={"help": "token: every endpoint but /healthz needs the bearer token in $api_key_env, and the API "
+                  "refuses to start without one; none: no auth at all (--no-auth), logged as a warning."},
+    )  # fmt: skip
     api_key_env: str = field(
         default="MEMSTATE_API_KEY",
-        metadata={"help": "Environment variable holding the bearer token; when it is unset or empty, no auth."},
+        metadata={"help": "Environment variable holding the bearer token (auth: token). The shell's value wins over "
+                  "a config's env: block."},
+    )  # fmt: skip
+    public_docs: bool = field(
+        default=False, metadata={"help": "Serve /docs, /redoc and /openapi.json without the token."}
     )
+    public_metrics: bool = field(default=False, metadata={"help": "Serve /metrics without the token."})
     max_body_bytes: int = field(default=1_000_000, metadata={"help": "Larger request bodies get 413."})
+    body_timeout_s: float = field(
+        default=30.0,
+        metadata={"help": "Longest time to receive a request's whole body once its headers are in; a client still "
+                  "sending then (or sending nothing) gets 408 and its connection is closed."},
+    )  # fmt: skip
     max_facts: int = field(default=256, metadata={"help": "More facts in one request get 422."})
     max_relations: int = field(default=1024, metadata={"help": "More relations in one request get 422."})
     max_options: int = field(default=26, metadata={"help": "More options in one request get 422."})
     max_text_chars: int = field(
         default=8000, metadata={"help": "Longest question, fact or option text (characters); longer gets 422."}
     )
+    max_id_chars: int = field(
+        default=64, metadata={"help": "Longest fact id (and relation src/dst), in characters; longer gets 422."}
+    )
+    max_time_chars: int = field(default=64, metadata={"help": "Longest fact time, in characters; longer gets 422."})
     host: str = field(default="127.0.0.1", metadata={"help": "Address the API listens on."})
     port: int = field(default=8080, metadata={"help": "Port the API listens on."})
 
     def __post_init__(self) -> None:
+        if self.auth not in ("token", "none"):
+            raise ValueError(f"auth must be token or none, got {self.auth!r}")
+        if self.auth == "token" and not self.api_key_env:
+            raise ValueError("auth: token needs api_key_env, the variable holding the bearer token (or auth: none)")
+        if not (math.isfinite(self.body_timeout_s) and self.body_timeout_s > 0):
+            raise ValueError(f"body_timeout_s must be a positive number of seconds, got {self.body_timeout_s}")
+        for name in ("max_body_bytes", "max_text_chars", "max_id_chars", "max_time_chars"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
         if self.max_concurrency < 1:
             raise ValueError(f"max_concurrency must be at least 1, got {self.max_concurrency}")
         if self.max_queue is not None and self.max_queue < 0:
@@ -142,9 +183,10 @@ class ApiConfig:
 
 class ErrorBody(BaseModel):
     detail: str
+    request_id: str  # also the X-Request-ID header; the server's log has the details under it
 
 
-ERRORS: dict = {code: {"model": ErrorBody} for code in (400, 401, 413, 422, 429, 502, 503, 504)}
+ERRORS: dict = {code: {"model": ErrorBody} for code in (400, 401, 408, 413, 422, 429, 502, 503, 504)}
 _RETRY_AFTER = "Seconds to wait before retrying (serve/admission.py: the backlog's time to clear at the recent pace)."
 ERRORS[429]["headers"] = {"Retry-After": {"description": _RETRY_AFTER, "required": True, "schema": {"type": "integer"}}}
 ERRORS[503]["headers"] = {"Retry-After": {"description": _RETRY_AFTER + " Only when the request waited past its "
@@ -153,11 +195,12 @@ ERRORS[429]["description"] = "The API is at capacity: retry after Retry-After se
 
 
 class PolicyError(Exception):
-    """The policy could not produce a reply: HTTP ``status`` for our caller, ``reason`` for the metrics."""
+    """The policy could not produce a reply: HTTP ``status`` and ``detail`` for our caller, ``reason`` for the
+    metrics, ``internal`` (the policy's URL, its answer, the exception) for the server's log only."""
 
-    def __init__(self, status: int, reason: str, detail: str):
+    def __init__(self, status: int, reason: str, detail: str, internal: str):
         super().__init__(detail)
-        self.status, self.reason, self.detail = status, reason, detail
+        self.status, self.reason, self.detail, self.internal = status, reason, detail, internal
 
 
 # --- the policy backend ------------------------------------------------------------------------------------------
@@ -191,20 +234,24 @@ class PolicyClient:
         try:
             yield
         except HTTPRejected as e:
+            internal = f"{url} answered {e.status}: {e.text[:300]}"
             if e.status == 400 and "context length" in e.text:
-                raise PolicyError(422, "too_long", f"the prompt is too long for the policy: {e.text[:300]}") from None
-            raise PolicyError(502, f"http_{e.status}", f"the policy answered {e.status}: {e.text[:300]}") from None
+                detail = "the prompt is too long for the policy's context (send fewer or shorter facts)"
+                raise PolicyError(422, "too_long", detail, internal) from None
+            raise PolicyError(502, f"http_{e.status}", f"the policy answered {e.status}", internal) from None
         except HTTPUnavailable as e:
             tries = f" ({e.attempts} attempts)" if e.attempts > 1 else ""
             if e.kind == "timeout":
-                detail = f"the policy at {url} did not answer within {self.config.timeout_s} s{tries}"
-                raise PolicyError(504, "timeout", detail) from None
+                detail = f"the policy did not answer within {self.config.timeout_s} s{tries}"
+                raise PolicyError(504, "timeout", detail, f"{url}: {e.last}{tries}") from None
             if e.kind == "transport":
-                raise PolicyError(503, "unreachable", f"the policy at {url} is unreachable: {e.last}{tries}") from None
+                internal = f"{url} is unreachable: {e.last}{tries}"
+                raise PolicyError(503, "unreachable", f"the policy is unreachable{tries}", internal) from None
             if e.kind == "status":
-                raise PolicyError(502, f"http_{e.status}", f"the policy answered {e.status}: {e.body}{tries}") from None
-            reason = e.last.removeprefix("malformed reply: ")
-            raise PolicyError(502, "garbage", f"the policy's reply is malformed: {reason}{tries}") from None
+                internal = f"{url} answered {e.status}: {e.body}{tries}"
+                raise PolicyError(502, f"http_{e.status}", f"the policy answered {e.status}{tries}", internal) from None
+            internal = f"{url}: {e.last}{tries}"
+            raise PolicyError(502, "garbage", f"the policy's reply is malformed{tries}", internal) from None
 
     async def model_name(self) -> str:
         if self.model is None:
@@ -221,17 +268,45 @@ class PolicyClient:
         with self._policy_errors(CHAT_COMPLETIONS):
             return await achat(self.client, request)
 
-    async def healthy(self) -> bool:
+    async def health_problem(self) -> str | None:
+        """None when the policy's /health answers 200, else what went wrong (for the server's log)."""
         # One quick attempt on the raw client, outside the concurrency bound: a probe must not queue behind chats.
+        url = self.client.url("/health")
         try:
-            return (await self.http.get("/health", timeout=2.0)).status_code == 200
-        except httpx.HTTPError:
-            return False
+            status = (await self.http.get("/health", timeout=2.0)).status_code
+        except httpx.HTTPError as e:
+            return f"{url} is unreachable: {type(e).__name__}: {e}"
+        return None if status == 200 else f"{url} answered {status}"
 
 
 # --- checks that need the configured limits ----------------------------------------------------------------------
 
-MAX_FACT_ID_CHARS = 64  # a limit on what a client sends, like ApiConfig's; the schema (data) sets none
+_INVISIBLE = {"Cc", "Cf"}  # control (NUL, ESC) and format (zero-width space, BOM, bidi marks) characters
+
+
+def is_blank(text: str) -> bool:
+    """Nothing a reader would see: only whitespace, control and format characters.
+
+    >>> is_blank("\\x00\\x00"), is_blank("\\u200b \\ufeff"), is_blank(" x ")
+    (True, True, False)
+    """
+    return all(c.isspace() or unicodedata.category(c) in _INVISIBLE for c in text)
+
+
+def _text_fields(body: ReasoningStateRequest, config: ApiConfig) -> Iterator[tuple[str, str, int]]:
+    """Every text a client sends: (where, text, its most characters). The schema sets no lengths (data may be
+    long); a request's are bounded here, by the config."""
+    yield "body.question", body.question, config.max_text_chars
+    for i, fact in enumerate(body.facts):
+        yield f"body.facts[{i}].id", fact.id, config.max_id_chars
+        yield f"body.facts[{i}].text", fact.text, config.max_text_chars
+        if fact.time is not None:
+            yield f"body.facts[{i}].time", fact.time, config.max_time_chars
+    for i, rel in enumerate(body.relations):
+        yield f"body.relations[{i}].src", rel.src, config.max_id_chars
+        yield f"body.relations[{i}].dst", rel.dst, config.max_id_chars
+    for i, option in enumerate(body.options):
+        yield f"body.options[{i}]", option, config.max_text_chars
 
 
 def check_request(body: ReasoningStateRequest, config: ApiConfig) -> tuple[list[Fact], list[Relation]]:
@@ -247,16 +322,11 @@ def check_request(body: ReasoningStateRequest, config: ApiConfig) -> tuple[list[
     ):
         if len(items) > most:
             reject(f"body.{name}: {len(items)} items, at most {most} allowed")
-    for i, fact in enumerate(body.facts):
-        if len(fact.id) > MAX_FACT_ID_CHARS:
-            reject(f"body.facts[{i}].id: {len(fact.id)} characters, at most {MAX_FACT_ID_CHARS} allowed")
-    texts = [("body.question", body.question)] + [(f"body.facts[{i}].text", f.text) for i, f in enumerate(body.facts)]
-    texts += [(f"body.options[{i}]", o) for i, o in enumerate(body.options)]
-    for where, text in texts:
-        if len(text) > config.max_text_chars:
-            reject(f"{where}: {len(text)} characters, at most {config.max_text_chars} allowed")
-        if not text.strip():
-            reject(f"{where}: must not be blank")
+    for where, text, most in _text_fields(body, config):
+        if len(text) > most:
+            reject(f"{where}: {len(text)} characters, at most {most} allowed")
+        if is_blank(text):
+            reject(f"{where}: must not be blank (whitespace, control and format characters only)")
     if len(body.options) == 1:
         reject("body.options: give at least 2 options, or none")
     ids = [f.id for f in body.facts]
@@ -292,36 +362,59 @@ def _validation_detail(exc: RequestValidationError) -> tuple[int, str]:
     return 422, "; ".join(parts) + more
 
 
-class BodyLimit:
-    """Pure ASGI: answer 413 before the app parses a body over ``limit`` bytes (declared or streamed)."""
+REQUEST_ID = "memstate.request_id"  # the scope key under which Front leaves the request's id
+_SANE_REQUEST_ID = re.compile(rb"[A-Za-z0-9._:-]{1,128}")  # a client's own id, if it is one we can log as it is
 
-    def __init__(self, app, limit: int):
-        self.app, self.limit = app, limit
+
+def request_id(scope: dict) -> str:
+    return scope.get(REQUEST_ID, "-")
+
+
+async def send_error(scope: dict, send, status: int, detail: str, headers: list | None = None) -> None:
+    """A JSON error answer from the ASGI layer, in the app's shape (``ErrorBody``)."""
+    body = json.dumps({"detail": detail, "request_id": request_id(scope)}).encode()
+    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()), *(headers or [])]
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": body})
+
+
+class BodyLimit:
+    """Pure ASGI: read the whole body before the app parses it; 413 for a body over ``limit`` bytes (declared or
+    streamed), 408 and the connection closed for one not in within ``timeout_s`` of the headers (a client that sends
+    nothing, or drips it: the deadline is for the whole body, which uvicorn's keep-alive timeout does not bound)."""
+
+    def __init__(self, app, limit: int, timeout_s: float):
+        self.app, self.limit, self.timeout_s = app, limit, timeout_s
 
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
         declared = dict(scope.get("headers") or []).get(b"content-length")
         if declared is not None and declared.isdigit() and int(declared) > self.limit:
-            return await self._too_large(send)
+            return await self._too_large(scope, send)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.timeout_s
         chunks, size, more = [], 0, True
         while more:
-            message = await receive()
+            try:
+                message = await asyncio.wait_for(receive(), max(0.0, deadline - loop.time()))
+            except TimeoutError:
+                logger.info("request %s: %s bytes of its body in %s s (body_timeout_s): 408", request_id(scope), size,
+                            self.timeout_s)  # fmt: skip
+                detail = f"request body not received within {self.timeout_s:g} s"
+                return await send_error(scope, send, 408, detail, [(b"connection", b"close")])
             if message["type"] != "http.request":
                 return await self.app(scope, _replay([message]), send)  # disconnect
             chunks.append(message.get("body", b""))
             size += len(chunks[-1])
             if size > self.limit:
-                return await self._too_large(send)
+                return await self._too_large(scope, send)
             more = message.get("more_body", False)
         body = b"".join(chunks)
         return await self.app(scope, _replay([{"type": "http.request", "body": body, "more_body": False}]), send)
 
-    async def _too_large(self, send) -> None:
-        body = json.dumps({"detail": f"request body over {self.limit} bytes"}).encode()
-        headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
-        await send({"type": "http.response.start", "status": 413, "headers": headers})
-        await send({"type": "http.response.body", "body": body})
+    async def _too_large(self, scope, send) -> None:
+        await send_error(scope, send, 413, f"request body over {self.limit} bytes")
 
 
 def _replay(messages: list[dict]):
@@ -334,10 +427,12 @@ def _replay(messages: list[dict]):
 
 
 class Front:
-    """Pure ASGI, outermost: counts every response by path and status (``count``), and answers a request that
-    ``refusal`` refuses (its scope → ``Refused`` or None) with 429 and ``Retry-After`` before its body is read or
-    parsed: under overload the refusals are most of the traffic, and they must not queue for the event loop behind
-    the work they protect. The handler's admission stays the authority (the state may change while a body arrives)."""
+    """Pure ASGI, outermost: gives every request its id (the client's sane ``X-Request-ID``, else a new one; in the
+    scope for the app's log lines and error bodies, and in every response's ``X-Request-ID`` header), counts every
+    response by path and status (``count``), and answers a request that ``refusal`` refuses (its scope → ``Refused``
+    or None) with 429 and ``Retry-After`` before its body is read or parsed: under overload the refusals are most of
+    the traffic, and they must not queue for the event loop behind the work they protect. The handler's admission
+    stays the authority (the state may change while a body arrives)."""
 
     def __init__(self, app, *, count: Callable[[str, int], None], refusal: Callable[[dict], Refused | None]):
         self.app, self.count, self.refusal = app, count, refusal
@@ -346,20 +441,20 @@ class Front:
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
         path = scope["path"]
-        refused = self.refusal(scope)
-        if refused is not None:
-            body = json.dumps({"detail": refused.detail}).encode()
-            headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
-                       (b"retry-after", str(refused.retry_after).encode())]  # fmt: skip
-            await send({"type": "http.response.start", "status": 429, "headers": headers})
-            await send({"type": "http.response.body", "body": body})
-            return self.count(path, 429)
+        given = dict(scope.get("headers") or []).get(b"x-request-id", b"")
+        rid = given.decode() if _SANE_REQUEST_ID.fullmatch(given) else uuid.uuid4().hex
+        scope[REQUEST_ID] = rid
 
         async def counting_send(message):
             if message["type"] == "http.response.start":
                 self.count(path, message["status"])
+                message = {**message, "headers": [*message.get("headers", []), (b"x-request-id", rid.encode())]}
             await send(message)
 
+        refused = self.refusal(scope)
+        if refused is not None:
+            headers = [(b"retry-after", str(refused.retry_after).encode())]
+            return await send_error(scope, counting_send, 429, refused.detail, headers)
         return await self.app(scope, receive, counting_send)
 
 
@@ -377,8 +472,18 @@ async def watch_loop_lag(observe: Callable[[float], None], every_s: float = 0.1)
 
 
 def create_app(config: ApiConfig, *, policy_transport: httpx.AsyncBaseTransport | None = None) -> FastAPI:
-    """The service; ``policy_transport`` lets tests replace the network below httpx."""
-    api_key = os.environ.get(config.api_key_env, "") if config.api_key_env else ""
+    """The service; ``policy_transport`` lets tests replace the network below httpx. With ``auth: token`` (the
+    default) a ``ConfigError`` unless ``$api_key_env`` holds a key: the API never serves open by accident."""
+    api_key = ""
+    if config.auth == "token":
+        api_key = os.environ.get(config.api_key_env, "").strip()
+        if not api_key:
+            raise ConfigError(
+                f"auth: token, but ${config.api_key_env} (api_key_env) is unset or empty: set it to the bearer token "
+                "clients must send, or serve without auth with --no-auth (auth: none in the config)"
+            )
+    else:
+        logger.warning("auth: off (auth: none): every endpoint answers without a token")
     tokenizer = None
     if config.tokenizer:
         from transformers import AutoTokenizer
@@ -424,11 +529,16 @@ def create_app(config: ApiConfig, *, policy_transport: httpx.AsyncBaseTransport 
         watcher.cancel()
         await app.state.policy.client.aclose()
 
+    private_docs = bool(api_key) and not config.public_docs
     app = FastAPI(
         title="memstate reasoning-state API",
         version=PROMPT_VERSION,
         description=__doc__,
         lifespan=lifespan,
+        # Behind the token: served below, with the token's dependency.
+        openapi_url=None if private_docs else "/openapi.json",
+        docs_url=None if private_docs else "/docs",
+        redoc_url=None if private_docs else "/redoc",
     )
     app.state.admission = admission  # for tests and operators' introspection
     bearer = HTTPBearer(auto_error=False)
@@ -442,9 +552,20 @@ def create_app(config: ApiConfig, *, policy_transport: httpx.AsyncBaseTransport 
             raise HTTPException(401, "wrong bearer token", headers={"WWW-Authenticate": "Bearer"})
 
     @app.exception_handler(RequestValidationError)
-    async def on_invalid(_request: Request, exc: RequestValidationError) -> JSONResponse:
+    async def on_invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
         status, detail = _validation_detail(exc)
-        return JSONResponse({"detail": detail}, status_code=status)
+        return JSONResponse({"detail": detail, "request_id": request_id(request.scope)}, status_code=status)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def on_http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        body = {"detail": exc.detail, "request_id": request_id(request.scope)}
+        return JSONResponse(body, status_code=exc.status_code, headers=exc.headers)
+
+    @app.exception_handler(Exception)
+    async def on_bug(request: Request, exc: Exception) -> JSONResponse:
+        # Starlette re-raises it after this answer, so the server logs the traceback too.
+        logger.error("request %s: %s: %s", request_id(request.scope), type(exc).__name__, exc)
+        return JSONResponse({"detail": "internal error", "request_id": request_id(request.scope)}, status_code=500)
 
     def wait_budget(x_request_timeout: float | None) -> tuple[float, str]:
         """The longest a request may wait for a slot, and where that bound comes from (for the message)."""
@@ -505,14 +626,20 @@ def create_app(config: ApiConfig, *, policy_transport: httpx.AsyncBaseTransport 
         try:
             async with admission.slot(budget, why) as waited:
                 queue_wait.observe(waited)
-                return await answer(body, facts, relations, request.app.state.policy, started)
+                policy = request.app.state.policy
+                return await answer(body, facts, relations, policy, started, request_id(request.scope))
         except Refused as e:
             refused(e.reason, e.detail)
             status = 503 if e.reason == "deadline" else 429
             raise HTTPException(status, e.detail, headers={"Retry-After": str(e.retry_after)}) from None
 
     async def answer(
-        body: ReasoningStateRequest, facts: list[Fact], relations: list[Relation], policy: PolicyClient, started: float
+        body: ReasoningStateRequest,
+        facts: list[Fact],
+        relations: list[Relation],
+        policy: PolicyClient,
+        started: float,
+        rid: str,
     ) -> ReasoningStateResponse:
         """The work of one admitted request: prompt, policy calls, parse, leak gate."""
         if tokenizer is not None:
@@ -530,7 +657,7 @@ def create_app(config: ApiConfig, *, policy_transport: httpx.AsyncBaseTransport 
                 text, cut_off = await policy.chat(messages)
             except PolicyError as e:
                 policy_errors.labels(e.reason).inc()
-                logger.warning("policy call failed (%s): %s", e.reason, e.detail)
+                logger.warning("request %s: policy call failed (%s): %s", rid, e.reason, e.internal)
                 raise HTTPException(e.status, e.detail) from None
             policy_latency.observe(time.perf_counter() - call_started)
             state = parse_completion(text, cut_off=cut_off)
@@ -565,16 +692,36 @@ def create_app(config: ApiConfig, *, policy_transport: httpx.AsyncBaseTransport 
 
     @app.get("/healthz", responses={503: {"model": ErrorBody}})
     async def healthz(request: Request) -> dict:
-        policy: PolicyClient = request.app.state.policy
-        if not await policy.healthy():
-            raise HTTPException(503, f"the policy at {config.policy_url} is unreachable")
-        return {"status": "ok", "policy_url": config.policy_url, "prompt_version": PROMPT_VERSION}
+        """Open to all (load balancers): whether the policy answers, and nothing about where it is."""
+        problem = await request.app.state.policy.health_problem()
+        if problem is not None:
+            logger.warning("request %s: /healthz: the policy at %s", request_id(request.scope), problem)
+            raise HTTPException(503, "the policy is unreachable")
+        return {"status": "ok", "prompt_version": PROMPT_VERSION}
 
-    @app.get("/metrics", response_class=Response)
+    behind_token = {"dependencies": [Depends(authorize)], "responses": {401: ERRORS[401]}}
+    metrics_auth = {} if config.public_metrics else behind_token
+
+    @app.get("/metrics", response_class=Response, **metrics_auth)
     async def metrics() -> Response:
         return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
 
-    KNOWN_PATHS = {PATH, "/healthz", "/metrics", "/openapi.json", "/docs"}
-    app.add_middleware(BodyLimit, limit=config.max_body_bytes)
+    if private_docs:
+        docs_auth = [Depends(authorize)]
+
+        @app.get("/openapi.json", include_in_schema=False, dependencies=docs_auth)
+        async def openapi_json() -> JSONResponse:
+            return JSONResponse(app.openapi())
+
+        @app.get("/docs", include_in_schema=False, dependencies=docs_auth)
+        async def swagger_ui() -> Response:
+            return get_swagger_ui_html(openapi_url="/openapi.json", title=f"{app.title} - Swagger UI")
+
+        @app.get("/redoc", include_in_schema=False, dependencies=docs_auth)
+        async def redoc() -> Response:
+            return get_redoc_html(openapi_url="/openapi.json", title=f"{app.title} - ReDoc")
+
+    KNOWN_PATHS = {PATH, "/healthz", "/metrics", "/openapi.json", "/docs", "/redoc"}
+    app.add_middleware(BodyLimit, limit=config.max_body_bytes, timeout_s=config.body_timeout_s)
     app.add_middleware(Front, count=count, refusal=early_refusal)  # added last: outermost, before the body is read
     return app

@@ -41,14 +41,34 @@ def policy(parsed: tuple[PolicyServerConfig, argparse.Namespace]) -> int:
     return serve_policy(config, start_timeout_s=options.start_timeout)
 
 
+NO_AUTH = ("--no-auth", "--no_auth")
+
+
+class _ApiParser(StageParser):
+    """``--no-auth`` is ``--auth none``: the switch the refusal to start without a key names."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        # SUPPRESS: never in the namespace (rewritten before parsing); here for --help.
+        self.add_argument(*NO_AUTH, action="store_true", default=argparse.SUPPRESS,
+                          help="Serve without auth (same as --auth none); logged as a warning.")  # fmt: skip
+
+    def parse_args_and_config(self, args: list[str] | None = None, **kwargs) -> tuple:  # type: ignore[override]
+        args = list(args or [])
+        if any(a in NO_AUTH for a in args):
+            args = [a for a in args if a not in NO_AUTH] + ["--auth", "none"]
+        return super().parse_args_and_config(args, **kwargs)
+
+
 def api_parser(prog: str | None = None) -> StageParser:
     from memstate.serve.api import ApiConfig
 
-    return StageParser(
+    return _ApiParser(
         (ApiConfig,),
         prog=prog,
         description="The reasoning-state HTTP API (FastAPI) in front of a served policy. --config FILE.yaml (e.g. "
-        "configs/serve/api.yaml); any field can follow as --field value, overriding the file.",
+        "configs/serve/api.yaml); any field can follow as --field value, overriding the file. Needs the bearer token "
+        "in $MEMSTATE_API_KEY (api_key_env) unless --no-auth.",
     )
 
 
