@@ -386,7 +386,7 @@ def check_out_dir(out_dir: str | Path, overwrite: bool = False) -> None:
 def _staging_dir(out_dir: Path) -> Path:
     """A fresh folder on the same filesystem as ``out_dir`` to build into: a hidden sibling, or a hidden folder
     inside ``out_dir`` when its parent is not writable."""
-    out_dir = Path(os.path.abspath(out_dir))
+    out_dir = Path(os.path.realpath(out_dir))  # through a link: the build goes where it points
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     try:
         return Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.building-", dir=out_dir.parent))
@@ -399,8 +399,10 @@ def _move_into_place(staging: Path, out_dir: Path) -> None:
     """Put a finished build at ``out_dir``. A missing or empty ``out_dir``, or one holding only a previous build,
     is swapped whole by renames; otherwise each output replaces its namesake (manifest.json removed first and put
     back last) and the folder's other files stay."""
-    out_dir = Path(os.path.abspath(out_dir))
-    if staging.parent == out_dir.parent:
+    out_dir = Path(os.path.realpath(out_dir))  # through a link: the build goes where it points
+    cwd = Path(os.path.realpath(os.getcwd()))
+    # Never rename the working directory away (``--out .``): the shell would be left in a deleted folder.
+    if staging.parent == out_dir.parent and out_dir != cwd and out_dir not in cwd.parents:
         if not out_dir.exists() or not any(out_dir.iterdir()):
             os.replace(staging, out_dir)  # rename(2) replaces an empty directory
             return

@@ -149,3 +149,15 @@ def test_a_parent_that_cannot_be_written_stages_inside_out(tmp_path, capsys, mon
     assert build(capsys, cfg, out)[0] == 0
     assert (out / "train.jsonl").read_text() != "stale\n" and (out / "notes.txt").read_text() == "mine\n"
     assert sorted(p.name for p in out.iterdir() if p.name.startswith(".")) == []  # the staging folder is gone
+
+
+def test_out_dot_is_filled_in_place_not_renamed_away(tmp_path, capsys, monkeypatch):
+    cfg = fever_source(tmp_path)
+    here = tmp_path / "project"
+    here.mkdir()
+    monkeypatch.chdir(here)
+    inode = here.stat().st_ino
+    assert build(capsys, cfg, Path("."))[0] == 0
+    assert build(capsys, cfg, Path("."))[0] == 0  # a previous build in the working directory: replaced in place
+    assert here.stat().st_ino == inode and (here / "manifest.json").is_file()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["data.yaml", "fever", "project"]
