@@ -12,21 +12,12 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from memstate.data import find_text_problem, max_record_bytes, over_limit_reason, read_lines, text_problem
+from memstate.data import text_problem
 from memstate.data_build.records import EvidenceClaim, SourceRead
 from memstate.data_build.registry import DataSource, input_dir, register
-from memstate.errors import InputNotFound
-from memstate.sources.fever import (
-    ClaimRecord,
-    ClaimScan,
-    EvidenceRef,
-    _read_claim_line,
-    decode_sentence,
-    decode_title,
-    scan_wiki,
-)
+from memstate.sources.fever import ClaimRecord, EvidenceRef, decode_sentence, decode_title, read_claims, scan_wiki
 from memstate.sources.labels import normalize_label
-from memstate.sources.skips import SKIP_INVALID, SKIP_UNRESOLVED, SkipLog, input_record
+from memstate.sources.skips import SKIP_UNRESOLVED, SkipLog, input_record
 
 
 @dataclass
@@ -111,52 +102,6 @@ def _evidence_claim(rec: ClaimRecord, evidence: tuple[str, ...], meta: dict) -> 
         line=rec.line,
         meta=meta,
     )
-
-
-def read_claims(fever_dir: Path, files: Sequence[str], log: SkipLog, max_claims: int | None = None) -> ClaimScan:
-    """``memstate.sources.fever.read_claims`` within the record bounds (``memstate.data``): a line over the size
-    limit (not read whole) or nested too deeply for the JSON parser is an invalid record like any other: skipped and
-    listed with ``--skip-invalid``, else a one-line ``DataError``. The same loop as the reader's, which does not
-    bound its records yet; the line itself is parsed by the reader's ``_read_claim_line``."""
-    scan = ClaimScan()
-    seen: dict[int, str] = {}
-    limit = max_record_bytes()
-    for rel in files:
-        path = Path(fever_dir) / rel
-        if not path.is_file():
-            raise InputNotFound(f"FEVER claim file not found: {path} (fever.claim_files)")
-        scan.files.append(path)
-        scan.records_in[str(path)] = 0
-        with open(path, "rb") as f:
-            for lineno, raw, size in read_lines(f, limit):
-                if max_claims is not None and len(scan.claims) >= max_claims:
-                    scan.stopped_at = {
-                        "file": str(path),
-                        "next_line": lineno,
-                        "reason": f"max_claims={max_claims} reached; later records not read",
-                    }
-                    return scan
-                scan.records_in[str(path)] += 1
-                if raw is None:
-                    log.skip(str(path), lineno, over_limit_reason(size, limit), SKIP_INVALID)
-                    continue
-                try:
-                    record = _read_claim_line(raw, str(path), Path(rel).as_posix(), lineno, seen, log)
-                except RecursionError:
-                    log.skip(str(path), lineno, "invalid JSON (nested too deeply)", SKIP_INVALID)
-                    continue
-                if record is not None and not _bad_text(record, log):
-                    scan.claims.append(record)
-    return scan
-
-
-def _bad_text(rec: ClaimRecord, log: SkipLog) -> bool:
-    """Skip (or stop at) a claim with a string that cannot be written as UTF-8 (a lone surrogate)."""
-    pages = [[ref.page for ref in refs] for refs in rec.evidence_sets]
-    found = find_text_problem({"claim": rec.claim, "evidence": pages})
-    if found is not None:
-        log.skip(rec.file, rec.line, f"field '{found[0]}': {found[1]}", SKIP_INVALID, rec.claim_id)
-    return found is not None
 
 
 def read_fever(

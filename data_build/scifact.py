@@ -162,22 +162,11 @@ def _nei_claim(rec: ClaimRecord, corpus: dict[int, Doc], rel: str, lineno: int) 
     )
 
 
-def _record_id(raw: bytes) -> int | None:
-    try:
-        return record_id(raw, "id")
-    except RecursionError:
-        return None
-
-
 def _claim_line(
     raw: bytes, lineno: int, key: str, rel: str, corpus: dict[int, Doc], seen: dict[int, str]
 ) -> EvidenceClaim:
     """One claim line → EvidenceClaim; raises Skip otherwise."""
-    try:
-        obj = decode_line(raw, lineno)
-    except RecursionError:  # the reader's json.loads; like any other invalid JSON
-        raise Skip("invalid JSON (nested too deeply)", SKIP_INVALID) from None
-    rec = parse_claim(obj)
+    rec = parse_claim(decode_line(raw, lineno))
     if isinstance(rec, int):
         # Not registered in `seen`: test claims never become items, so their ids cannot collide in the dataset.
         raise Skip(UNLABELED_REASON, SKIP_UNLABELED)
@@ -216,7 +205,7 @@ def _read_claim_file(
             try:
                 item = _claim_line(raw, lineno, key, rel, corpus, seen)
             except Skip as s:
-                log.skip(key, lineno, s.reason, s.kind, _record_id(raw))
+                log.skip(key, lineno, s.reason, s.kind, record_id(raw, "id"))
                 continue
             read.items.append(item)
             read.records_used[key] += 1

@@ -27,6 +27,7 @@ from pathlib import Path
 
 from tqdm.auto import tqdm
 
+from memstate.data import find_text_problem, loads_record, max_record_bytes, over_limit_reason, read_lines
 from memstate.errors import InputNotFound
 from memstate.sources.skips import SKIP_DUPLICATE, SKIP_INVALID, SkipLog
 
@@ -180,6 +181,7 @@ def read_claims(fever_dir: Path, files: Sequence[str], log: SkipLog, max_claims:
     """Read claim files (relative to ``fever_dir``) in order; stop once ``max_claims`` usable claims are selected."""
     scan = ClaimScan()
     seen: dict[int, str] = {}
+    limit = max_record_bytes()
     for rel in files:
         path = Path(fever_dir) / rel
         if not path.is_file():
@@ -187,7 +189,7 @@ def read_claims(fever_dir: Path, files: Sequence[str], log: SkipLog, max_claims:
         scan.files.append(path)
         scan.records_in[str(path)] = 0
         with open(path, "rb") as f:
-            for lineno, raw in enumerate(f, 1):
+            for lineno, raw, size in read_lines(f, limit):
                 if max_claims is not None and len(scan.claims) >= max_claims:
                     scan.stopped_at = {
                         "file": str(path),
@@ -196,6 +198,9 @@ def read_claims(fever_dir: Path, files: Sequence[str], log: SkipLog, max_claims:
                     }
                     return scan
                 scan.records_in[str(path)] += 1
+                if raw is None:  # over the limit: not read whole
+                    log.skip(str(path), lineno, over_limit_reason(size, limit), SKIP_INVALID)
+                    continue
                 record = _read_claim_line(raw, str(path), Path(rel).as_posix(), lineno, seen, log)
                 if record is not None:
                     scan.claims.append(record)
@@ -213,7 +218,7 @@ def _read_claim_line(
     if not text.strip():
         return log.skip(file, lineno, "empty line", SKIP_INVALID)
     try:
-        obj = json.loads(text.rstrip("\r\n"))
+        obj = loads_record(text.rstrip("\r\n"))
     except json.JSONDecodeError as e:
         return log.skip(file, lineno, f"invalid JSON ({e.msg}, column {e.colno})", SKIP_INVALID)
     try:
@@ -221,6 +226,10 @@ def _read_claim_line(
     except _BadRecord as e:
         cid = obj.get("id") if isinstance(obj, dict) and _check_int(obj.get("id")) else None
         return log.skip(file, lineno, str(e), SKIP_INVALID, cid)
+    # A lone surrogate ("\\ud800" without its pair) cannot be written out as UTF-8, nor looked up in the dump.
+    bad = find_text_problem({"claim": claim, "evidence": [[ref.page for ref in refs] for refs in sets]})
+    if bad is not None:
+        return log.skip(file, lineno, f"field '{bad[0]}': {bad[1]}", SKIP_INVALID, claim_id)
     if claim_id in seen:
         reason = f"duplicate claim id {claim_id} (first at {seen[claim_id]})"
         return log.skip(file, lineno, reason, SKIP_DUPLICATE, claim_id)
@@ -264,17 +273,20 @@ def scan_wiki(wiki_dir: Path, wanted: Collection[str], log: SkipLog, progress: b
     wanted_raw = {v for page in wanted for v in _json_variants(page)}
     scan = WikiScan(files=files)
     total = sum(p.stat().st_size for p in files)
+    limit = max_record_bytes()
     with tqdm(total=total, unit="B", unit_scale=True, desc="scan wiki-pages", disable=not progress) as bar:
         for path in files:
             digest = hashlib.sha256()
             pending = lineno = 0
             with open(path, "rb") as f:
-                for lineno, raw in enumerate(f, 1):
-                    digest.update(raw)
-                    pending += len(raw)
+                for lineno, raw, size in read_lines(f, limit, digest.update):
+                    pending += size
                     if pending >= 1 << 22:  # refresh the bar every 4 MiB, not every line
                         bar.update(pending)
                         pending = 0
+                    if raw is None:  # over the limit: not read whole
+                        log.skip(str(path), lineno, f"unreadable page: {over_limit_reason(size, limit)}", SKIP_INVALID)
+                        continue
                     _scan_page_line(raw, str(path), lineno, wanted, wanted_raw, scan, log)
             scan.lines_read[str(path)] = lineno
             bar.update(pending)
@@ -303,7 +315,7 @@ def _scan_page_line(
             except (json.JSONDecodeError, UnicodeDecodeError):
                 pass  # the full parse below reports the broken line
     try:
-        page = json.loads(raw)
+        page = loads_record(raw)
         page_id, lines_field = page["id"], page["lines"]
     except (json.JSONDecodeError, UnicodeDecodeError, TypeError, KeyError) as e:
         log.skip(file, lineno, f"unreadable page: {type(e).__name__}: {e}", SKIP_INVALID)

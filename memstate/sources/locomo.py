@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from memstate.data import loads_record
 from memstate.errors import InputError
 
 _SESSION = re.compile(r"^session_([0-9]+)$")
@@ -171,7 +172,7 @@ def read_locomo(path: str | Path) -> LocomoFile:
     """Every sample of a LoCoMo JSON file, validated (see the module docstring)."""
     path = Path(path)
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        data = loads_record(path.read_text(encoding="utf-8"))
     except OSError as e:
         raise LocomoError(f"{path}: (file): cannot read: {e.strerror}") from None
     except json.JSONDecodeError as e:

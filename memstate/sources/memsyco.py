@@ -23,6 +23,7 @@ from typing import Any
 
 import jsonschema_rs
 
+from memstate.data import loads_record, max_record_bytes, over_limit_reason, read_lines
 from memstate.errors import InputError
 
 
@@ -119,15 +120,20 @@ def load_memsyco(path: str | Path, schema: str | Path | None = None) -> list[Mem
     rows: list[MemSycoRow] = []
     seen: dict[str, int] = {}
     try:
-        lines = path.read_bytes().splitlines()
+        f = open(path, "rb")
     except OSError as e:
         raise MemSycoError(f"{path}: cannot read: {e.strerror}") from None
-    for lineno, data in enumerate(lines, 1):
+    limit = max_record_bytes()
+    with f:
+        lines = list(read_lines(f, limit))
+    for lineno, data, size in lines:
         where = f"{path}:{lineno}"
+        if data is None:  # over the limit: not read whole
+            raise MemSycoError(f"{where}: {over_limit_reason(size, limit)}")
         if not data.strip():
             continue
         try:
-            raw = json.loads(data.decode("utf-8"))
+            raw = loads_record(data.decode("utf-8"))
         except UnicodeDecodeError as e:
             raise MemSycoError(f"{where}: not UTF-8 text ({e.reason} at byte {e.start})") from None
         except json.JSONDecodeError as e:

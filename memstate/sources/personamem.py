@@ -39,6 +39,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from memstate.data import loads_record, max_record_bytes, over_limit_reason, read_lines
 from memstate.errors import InputError
 from memstate.schema import option_letters
 from memstate.sources.skips import SKIP_DUPLICATE, SKIP_INVALID, DataError, SkipLog
@@ -159,7 +160,7 @@ def _check(raw: bytes | str, file: str, line: int) -> tuple[str, list[dict]]:
     if not raw.strip():
         raise bad("(line)", "empty line")
     try:
-        obj = json.loads(raw)
+        obj = loads_record(raw)
     except json.JSONDecodeError as e:
         raise bad("(line)", f"invalid JSON ({e.msg}, column {e.colno})") from None
     if not isinstance(obj, dict) or len(obj) != 1:
@@ -253,13 +254,15 @@ class SharedContextFile:
         except OSError as e:
             raise ContextError(self.file, 0, "(file)", f"cannot read: {e.strerror}") from None
         first_line: dict[str, int] = {}
+        limit = max_record_bytes("context")
         with f:
-            for lineno, raw in enumerate(f, 1):
-                self._digest.update(raw)
-                if self.skip_blank_lines and not raw.strip():
+            for lineno, raw, size in read_lines(f, limit, self._digest.update):
+                if self.skip_blank_lines and raw is not None and not raw.strip():
                     continue
                 self.lines += 1
                 try:
+                    if raw is None:  # over the limit: not read whole
+                        raise ContextError(self.file, lineno, "(line)", over_limit_reason(size, limit, "context"))
                     cid, messages = _check(raw, self.file, lineno)
                     if cid in first_line:
                         raise ContextError(

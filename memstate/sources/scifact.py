@@ -21,6 +21,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from memstate.data import loads_record, max_record_bytes, over_limit_reason, read_lines
 from memstate.sources.labels import normalize_label
 from memstate.sources.skips import SKIP_DUPLICATE, SKIP_INVALID, SkipLog
 
@@ -101,7 +102,7 @@ def decode_line(raw: bytes, lineno: int) -> object:
     if not text.strip():
         raise Skip("empty line")
     try:
-        return json.loads(text.rstrip("\r\n"), object_pairs_hook=_no_duplicate_keys)
+        return loads_record(text.rstrip("\r\n"), object_pairs_hook=_no_duplicate_keys)
     except json.JSONDecodeError as e:
         raise Skip(f"invalid JSON ({e.msg}, column {e.colno})") from None
 
@@ -110,7 +111,7 @@ def record_id(record: object, name: str) -> int | None:
     """The record's id for the skip list, when it has a readable one (``record``: a decoded object or a raw line)."""
     if isinstance(record, bytes):
         try:
-            record = json.loads(record)
+            record = loads_record(record)
         except (json.JSONDecodeError, UnicodeDecodeError):
             return None
     value = record.get(name) if isinstance(record, dict) else None
@@ -155,10 +156,14 @@ def read_corpus(path: Path, log: SkipLog) -> tuple[dict[int, Doc], int, int]:
     lines = used = 0
     docs: dict[int, Doc] = {}
     first_at: dict[int, int] = {}
+    limit = max_record_bytes()
     with open(path, "rb") as f:
-        for lineno, raw in enumerate(f, 1):
+        for lineno, raw, size in read_lines(f, limit):
             lines += 1
             obj = None
+            if raw is None:  # over the limit: not read whole
+                log.skip(key, lineno, over_limit_reason(size, limit), SKIP_INVALID)
+                continue
             try:
                 obj = decode_line(raw, lineno)
                 doc = parse_doc(obj)
