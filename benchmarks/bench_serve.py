@@ -134,7 +134,7 @@ def main() -> None:
                    "--config", str(ROOT / "configs/serve/api.yaml"), "--policy_url", policy_url,
                    "--port", str(api_port),
                    "--temperature", str(TEMPERATURE), "--max_tokens", str(MAX_TOKENS), "--format_retries", "0",
-                   "--tokenizer", model, "--api_key_env", ""]  # fmt: skip
+                   "--tokenizer", model, "--no-auth"]  # fmt: skip
         with open(work / "api.log", "wb") as log:
             api = subprocess.Popen(api_cmd, stdout=log, stderr=subprocess.STDOUT, env=env, process_group=0)
         deadline = time.monotonic() + 120

@@ -321,7 +321,7 @@ def main() -> None:
     # The shipped config but the policy's training budgets; parsed here too, for the figures the run depends on.
     api_args = ["--config", str(ROOT / "configs/serve/api.yaml"), "--policy_url", policy_url,
                 "--port", str(api_port), "--tokenizer", args.model, "--max_prompt_tokens", "1024",
-                "--max_tokens", "64", "--api_key_env", ""]  # fmt: skip
+                "--max_tokens", "64", "--no-auth"]  # fmt: skip
     for override in args.api_arg:
         flag, _, value = override.partition("=")
         api_args += [f"--{flag}", value]

@@ -32,7 +32,7 @@ VMS = MEMSYCO / "valid_memory_selection.jsonl"
 
 
 def api_app(policy_url: str):
-    return create_app(ApiConfig(policy_url=policy_url, api_key_env="", max_tokens=48))
+    return create_app(ApiConfig(policy_url=policy_url, auth="none", max_tokens=48))
 
 
 @pytest.fixture()

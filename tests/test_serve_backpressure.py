@@ -67,7 +67,7 @@ def load(url: str) -> tuple[float, float]:
 
 
 def api(policy_url: str, **overrides):
-    return live_app(create_app(ApiConfig(policy_url=policy_url, api_key_env="", **overrides)))
+    return live_app(create_app(ApiConfig(policy_url=policy_url, auth="none", **overrides)))
 
 
 def test_a_full_queue_sheds_with_429_and_retry_after_and_the_queued_complete():
@@ -86,7 +86,7 @@ def test_a_full_queue_sheds_with_429_and_retry_after_and_the_queued_complete():
     assert refused.status_code == 429, refused.text
     assert 1 <= int(refused.headers["retry-after"]) <= 60
     body = refused.json()
-    assert set(body) == {"detail"} and "at capacity" in body["detail"] and "2 queued" in body["detail"]
+    assert set(body) == {"detail", "request_id"} and "at capacity" in body["detail"] and "2 queued" in body["detail"]
     assert during[("memstate_api_shed_total", "queue_full")] == 1
     assert during[("memstate_api_requests_total", PATH, "429")] == 1
     assert [r.status_code for r in replies] == [200] * 4 and all(r.json()["format_ok"] for r in replies)
@@ -129,7 +129,8 @@ def test_a_request_that_would_wait_too_long_is_refused_at_once_before_its_body_i
     auth = {"Authorization": "Bearer k"}
     policy = GatedPolicy()
     with ChatServer(policy) as server:
-        app = create_app(ApiConfig(policy_url=server.url, max_concurrency=1, max_queue=4, max_queue_wait_s=5.0))
+        app = create_app(ApiConfig(policy_url=server.url, max_concurrency=1, max_queue=4, max_queue_wait_s=5.0,
+                                   public_metrics=True))  # fmt: skip
         app.state.admission.observe(3.0)  # history: a request holds its slot 3 s, so the next would wait ~3 s
         with live_app(app) as url, policy, ThreadPoolExecutor(1) as pool:
             first = pool.submit(httpx.post, url + PATH, json=payload(), headers=auth, timeout=30)

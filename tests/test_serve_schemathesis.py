@@ -36,7 +36,7 @@ def policy(request: httpx.Request) -> httpx.Response:
 
 os.environ[KEY_ENV] = KEY  # read once, by create_app
 app = create_app(ApiConfig(api_key_env=KEY_ENV, max_facts=64), policy_transport=httpx.MockTransport(policy))
-schema = schemathesis.openapi.from_asgi("/openapi.json", app)
+schema = schemathesis.openapi.from_asgi("/openapi.json", app, headers={"Authorization": f"Bearer {KEY}"})
 
 
 @schema.parametrize()

@@ -78,7 +78,7 @@ def test_policy_and_api_serve_a_well_formed_state_and_shut_down_cleanly(tiny_mod
         wait_until(lambda: is_healthy(policy_url), policy, policy_log, START_TIMEOUT_S)
         api = launch(["serve", "api", "--config", str(ROOT / "configs/serve/api.yaml"), "--policy_url", policy_url,
                       "--port", str(api_port), "--temperature", "0", "--max_tokens", "48",
-                      "--tokenizer", str(tiny_models["policy"])], api_log)  # fmt: skip
+                      "--tokenizer", str(tiny_models["policy"]), "--no-auth"], api_log)  # fmt: skip
         with ReasoningStateClient(api_url, timeout=120) as client:
             wait_until(client.healthy, api, api_log, 60)
             instances = load_split(fever_data, "test")[:3]
