@@ -33,6 +33,7 @@ import fnmatch
 import gzip
 import hashlib
 import json
+import logging
 import lzma
 import os
 import re
@@ -166,6 +167,7 @@ DATASETS: dict[str, Dataset] = {
 
 GiB = 1 << 30
 MAX_REDIRECTS = 5
+MAX_EXPANSION = 100  # most bytes unpacked per archive byte (plus 1 MiB): see _extract
 # Flag (argparse dest) -> environment variable; a flag given wins over its variable, either over the default.
 LIMIT_ENV = {
     "max_file": "MEMSTATE_FETCH_MAX_FILE_SIZE",
@@ -374,19 +376,22 @@ def _download_once(client, url: str, part: Path, allowed: set, size: int | None,
     from tqdm import tqdm
 
     have = part.stat().st_size if part.exists() else 0
-    tag = part.with_name(part.name + ".etag")  # the version the .part holds: a changed file restarts (If-Range)
+    # What the .part was begun from: its strong ETag (If-Range: a file changed upstream restarts) and its size (a
+    # resume announcing another size is another file's tail, not the rest of this one).
+    tag = part.with_name(part.name + ".meta")
+    began = _read_part_meta(tag) if have else {}
     headers = {"Accept-Encoding": "identity"}  # the bytes as stored: a Range counts them
     if have:
         headers["Range"] = f"bytes={have}-"
-        if tag.exists():
-            headers["If-Range"] = tag.read_text()
+        if began.get("etag"):
+            headers["If-Range"] = began["etag"]
     cap = size if size is not None else limits.max_file
     capped_by = "the size the table gives" if size is not None else "--max-file-size (MEMSTATE_FETCH_MAX_FILE_SIZE)"
     reply, final = _get(client, url, headers, allowed)
     with contextlib.closing(reply):
         if reply.status_code == 416 and have:
             total = _content_range(reply)[1]
-            if total == have:  # the server's size is the .part's: nothing was missing
+            if total == have and began.get("total") in (None, have):  # the server's size is the .part's: complete
                 tag.unlink(missing_ok=True)
                 return final
             if total is None:
@@ -405,6 +410,10 @@ def _download_once(client, url: str, part: Path, allowed: set, size: int | None,
             have, mode = 0, "wb"  # no range support, or another version: start over
         elif reply.status_code == 206 and _content_range(reply)[0] == have:
             total, mode = _content_range(reply)[1], "ab"
+            if None not in (total, began.get("total")) and total != began["total"]:
+                part.unlink()  # the rest of a file of another size: splicing it on would make neither file
+                tag.unlink(missing_ok=True)
+                return None
         else:
             fix = f"; delete {part} to restart" if reply.status_code == 206 else ""
             raise FetchError(f"{final}: HTTP {reply.status_code} {reply.reason_phrase}{fix}")
@@ -413,9 +422,9 @@ def _download_once(client, url: str, part: Path, allowed: set, size: int | None,
         if total is not None and size is not None and total != size:
             raise FetchError(f"{final}: the server announces {total} bytes, the table {size}; nothing written")
         if reply.status_code == 200:
-            tag.unlink(missing_ok=True)
-            if reply.headers.get("ETag", "").startswith('"'):  # a strong validator only
-                tag.write_text(reply.headers["ETag"])
+            etag = reply.headers.get("ETag", "")
+            meta = {"etag": etag if etag.startswith('"') else None, "total": total}  # a strong validator only
+            tag.write_text(json.dumps(meta))
         with (
             open(part, mode) as f,
             tqdm(total=total, initial=have, unit="B", unit_scale=True, desc=part.name[:-5], disable=None) as bar,
@@ -439,6 +448,19 @@ def _download_once(client, url: str, part: Path, allowed: set, size: int | None,
     return final
 
 
+def _read_part_meta(path: Path) -> dict:
+    """``{"etag": …, "total": …}`` of a ``.part.meta``, or {} when it is missing or not ours (then a resume checks
+    only what the server says)."""
+    try:
+        meta = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+    if not isinstance(meta, dict):
+        return {}
+    etag, total = meta.get("etag"), meta.get("total")
+    return {"etag": etag if isinstance(etag, str) else None, "total": total if isinstance(total, int) else None}
+
+
 def _causes(e: BaseException) -> str:
     """``Error: message`` of ``e`` and of the errors it was raised from (the first cause says what went wrong)."""
     chain = []
@@ -460,6 +482,9 @@ def download_hub(src: Source, file: str, staging: Path) -> tuple[Path, str | Non
 
     repo, revision = src.hub
     url = source_url(Source(file, hub=src.hub))
+    hub_log = logging.getLogger("huggingface_hub")
+    level = hub_log.level
+    hub_log.setLevel(logging.ERROR)  # its per-retry warnings: a failure is reported once, below, in one line
     try:
         path = hf_hub_download(
             repo,
@@ -477,6 +502,8 @@ def download_hub(src: Source, file: str, staging: Path) -> tuple[Path, str | Non
         raise FetchInterrupted(f"{url}: {_causes(e)}") from e
     except Exception as e:  # huggingface_hub's and its HTTP client's errors have no common base besides this
         raise FetchInterrupted(f"{url}: {_causes(e)}") from e
+    finally:
+        hub_log.setLevel(level)
     meta = staging / ".cache" / "huggingface" / "download" / f"{file}.metadata"
     commit = meta.read_text().split("\n", 1)[0].strip() if meta.exists() else None
     return Path(path), commit or None
@@ -503,6 +530,8 @@ def _extract(archive: Path, pattern: str, into: Path, limits: Limits) -> dict[st
     """The members matching ``pattern``, written under ``into`` at their first group; {relative path: file}. The
     bytes are counted as written: the sizes an archive declares can lie."""
     rx, out, total = re.compile(pattern), {}, 0
+    # A bomb's signature, whatever the caps: text compresses ~3-10x (FEVER's wiki-pages ~3x); DEFLATE allows ~1000x.
+    most = MAX_EXPANSION * archive.stat().st_size + (1 << 20)
 
     def target(name: str) -> Path | None:
         m = rx.fullmatch(name)
@@ -523,6 +552,9 @@ def _extract(archive: Path, pattern: str, into: Path, limits: Limits) -> dict[st
                 if total > limits.max_unpacked:
                     raise _Refused(f"its members unpack to more than {limits.max_unpacked} bytes "
                                    "(--max-unpacked-size, MEMSTATE_FETCH_MAX_UNPACKED_SIZE)")  # fmt: skip
+                if total > most:
+                    raise _Refused(f"its members unpack to more than {MAX_EXPANSION}x its size, a zip bomb's "
+                                   "signature (text compresses ~3-10x)")  # fmt: skip
                 dst.write(block)
         out[dest.relative_to(into).as_posix()] = dest
 
@@ -640,7 +672,7 @@ def _unpack(archive: Path, src: Source, target_dir: Path, limits: Limits) -> dic
 
 def clean_stale(name: str, dataset: Dataset, target_dir: Path) -> list[Path]:
     """Remove what an interrupted run of ``name`` left and no run can use: every ``.unpack-*`` folder (an unpack is
-    redone from its archive), and a ``.part`` (or ``.part.etag``) of a file the table no longer names for any
+    redone from its archive), and a ``.part`` (or ``.part.meta``) of a file the table no longer names for any
     ``--size``. A ``.part`` the table names is kept: it is resumable. Returns what was removed."""
     if not target_dir.is_dir():
         return []
@@ -649,8 +681,8 @@ def clean_stale(name: str, dataset: Dataset, target_dir: Path) -> list[Path]:
     for path in sorted(target_dir.iterdir()):
         if path.name.startswith(".unpack-") and path.is_dir() and not path.is_symlink():
             shutil.rmtree(path)
-        elif path.is_file() and path.name.endswith((".part", ".part.etag")):
-            if path.name.removesuffix(".etag").removesuffix(".part") in named:
+        elif path.is_file() and path.name.endswith((".part", ".part.meta")):
+            if path.name.removesuffix(".meta").removesuffix(".part") in named:
                 continue
             path.unlink()
         else:
@@ -670,7 +702,12 @@ def fetch(names: list[str], out: str | Path, size: str = "32k", echo=print, limi
         raise FetchError(f"unknown dataset(s) {', '.join(unknown)}; known: {', '.join(DATASETS)}, all")
     limits = limits or resolve_limits()
     out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
+    if out.exists() and not out.is_dir():
+        raise FetchError(f"--out {out}: exists and is not a directory")
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise FetchError(f"--out {out}: cannot create it: {e.strerror}") from e
     lock = Lock(out)
     for name in wanted:
         dataset = DATASETS[name]

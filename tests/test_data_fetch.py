@@ -263,7 +263,7 @@ def test_a_download_cut_mid_file_resumes_with_range(server, tmp_path, capsys):
     assert main(["data", "fetch", "locomo", "--out", str(out)]) == 0
     assert server.gets() == [(path, "bytes=1000-")]
     assert (out / "locomo" / "locomo10.json").read_bytes() == data
-    assert sorted(p.name for p in (out / "locomo").iterdir()) == ["locomo10.json"]  # no .part, no .part.etag
+    assert sorted(p.name for p in (out / "locomo").iterdir()) == ["locomo10.json"]  # no .part, no .part.meta
     assert json.loads((out / LOCK_NAME).read_text())["files"]["locomo/locomo10.json"]["sha256"] == sha(data)
 
 
@@ -404,7 +404,7 @@ def lock_files(out: Path) -> dict:
 
 
 def leftovers(out: Path) -> list[str]:
-    return sorted(p.name for p in out.rglob("*") if p.name.endswith((".part", ".etag")) or ".unpack-" in p.name)
+    return sorted(p.name for p in out.rglob("*") if p.name.endswith((".part", ".meta")) or ".unpack-" in p.name)
 
 
 def honest_rerun(server: Server, out: Path, name: str, key: str, capsys) -> dict:
@@ -478,6 +478,34 @@ def test_a_body_that_ends_before_its_content_range_says_is_resumable(server, tmp
     assert server.gets() == [(LOCOMO, "bytes=2000-")]
 
 
+def test_a_resume_announcing_another_size_restarts_instead_of_splicing(server, tmp_path, capsys):
+    """The first reply said N bytes; a 206 with the right start but total N+7 (and the same ETag) is the tail of
+    another file: appending it would place a splice of two files. The .part is dropped and the file fetched whole."""
+    data = _cut_locomo(server, tmp_path, capsys)
+    other = b"Y" * 1000 + data[1000:] + b"XXXXXXX"
+
+    def other_tail(h):
+        if h.headers.get("Range"):
+            rng = f"bytes 1000-{len(other) - 1}/{len(other)}"
+            answer(h, 206, {"Content-Range": rng, "Content-Length": str(len(other) - 1000)}, other[1000:])
+        else:
+            answer(h, 200, {"Content-Length": str(len(other))}, other)
+
+    server.hooks[LOCOMO] = other_tail
+    server.log.clear()
+    assert main(["data", "fetch", "locomo", "--out", str(tmp_path)]) == 0, capsys.readouterr().err
+    assert server.gets() == [(LOCOMO, "bytes=1000-"), (LOCOMO, None)]
+    assert (tmp_path / "locomo" / "locomo10.json").read_bytes() == other  # one whole file, not data[:1000] + tail
+    assert lock_files(tmp_path)["locomo/locomo10.json"]["sha256"] == sha(other)
+    assert leftovers(tmp_path) == []
+
+
+def test_an_out_that_is_a_file_is_one_line(tmp_path, capsys):
+    (tmp_path / "out").write_text("mine")
+    err = one_line_error(capsys, "locomo", "--out", str(tmp_path / "out"))
+    assert "exists and is not a directory" in err and (tmp_path / "out").read_text() == "mine"
+
+
 def _deflated_zip(files: dict[str, bytes]) -> bytes:
     buf = io.BytesIO()
     with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED) as z:
@@ -506,6 +534,17 @@ def test_a_zip_bomb_stops_at_the_cap_and_nothing_is_unpacked(server, tmp_path, c
     server.files[WIKI_ZIP] = honest
     assert honest_rerun(server, tmp_path, "fever", "fever/wiki-pages.zip", capsys)["sha256"] == sha(honest)
     assert sorted(p.name for p in (tmp_path / "fever" / "wiki-pages").iterdir()) == ["wiki-001.jsonl", "wiki-002.jsonl"]
+
+
+def test_a_zip_bomb_under_the_caps_is_refused_by_its_expansion(server, tmp_path, capsys):
+    """The default caps (GiBs) would let 8 MiB out of 8 KB; no text compresses 1000x, so the ratio stops it first."""
+    bomb = _deflated_zip({"wiki-pages/wiki-001.jsonl": bytes(8 << 20)})
+    assert len(bomb) < 20_000
+    server.files[WIKI_ZIP] = bomb
+    err = one_line_error(capsys, "fever", "--out", str(tmp_path))
+    assert "100x its size" in err and "deleted" in err
+    assert not (tmp_path / "fever" / "wiki-pages").exists() and leftovers(tmp_path) == []
+    assert "fever/wiki-pages.zip" not in lock_files(tmp_path)
 
 
 def _endless(h):
@@ -679,7 +718,7 @@ def test_a_rerun_after_a_kill_removes_what_the_killed_run_left(server, tmp_path,
     persona.mkdir()
     (persona / "questions_128k.csv.part").write_bytes(b"resumable")
     (persona / "questions_old.csv.part").write_bytes(b"orphan")
-    (persona / "questions_old.csv.part.etag").write_text('"x"')
+    (persona / "questions_old.csv.part.meta").write_text('"x"')
     assert main(["data", "fetch", "scifact", "personamem", "--out", str(tmp_path)]) == 0
     printed = capsys.readouterr().out
     assert "scifact: removed .unpack-k1ll3d" in printed and "personamem: removed questions_old.csv.part" in printed
