@@ -213,6 +213,11 @@ def _listed_model(listed: dict) -> str:
         raise ValueError(f"/v1/models lists no model: {str(listed)[:200]}") from None
 
 
+# A reply longer than max_tokens × this cannot be the policy's own (a token decodes to a few characters; 32 is far
+# above any tokenizer's longest): a misrouted or hostile server's answer, refused rather than passed to our client.
+MAX_CHARS_PER_TOKEN = 32
+
+
 class PolicyClient:
     """Chat completions against the policy's vLLM server (``memstate.http``: bounded to ``max_concurrency`` calls in
     flight, ``policy_retries`` retries), its failures mapped to our status codes — never an exception of its own."""
@@ -266,7 +271,12 @@ class PolicyClient:
             await self.model_name(), messages, temperature=config.temperature, max_tokens=config.max_tokens
         )
         with self._policy_errors(CHAT_COMPLETIONS):
-            return await achat(self.client, request)
+            reply = await achat(self.client, request)
+        most = config.max_tokens * MAX_CHARS_PER_TOKEN
+        if len(reply.text) > most:  # not what a policy held to max_tokens writes: never echoed to our client
+            internal = f"{self.client.url(CHAT_COMPLETIONS)}: a reply of {len(reply.text)} characters"
+            raise PolicyError(502, "too_long", "the policy's reply is longer than max_tokens allows", internal)
+        return reply
 
     async def health_problem(self) -> str | None:
         """None when the policy's /health answers 200, else what went wrong (for the server's log)."""

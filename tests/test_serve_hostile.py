@@ -153,6 +153,20 @@ def test_policy_failures_answer_without_the_policys_words(reply, status, secret,
     assert logged.startswith(f"request {answer.json()['request_id']}: policy call failed") and secret in logged
 
 
+def test_a_policy_reply_longer_than_max_tokens_allows_is_502_and_not_echoed(caplog):
+    """A misrouted or hostile policy answering megabytes: 502 with a short body, the size in the server's log."""
+    huge = "- " + "word " * 200_000
+    with caplog.at_level(logging.WARNING, logger="memstate.serve"):
+        app = create_app(
+            ApiConfig(auth="none", max_tokens=512), policy_transport=httpx.MockTransport(ScriptedPolicy(huge))
+        )
+        with TestClient(app) as api:
+            answer = post(api, payload())
+    assert answer.status_code == 502 and len(answer.content) < 1000
+    assert answer.json()["detail"] == "the policy's reply is longer than max_tokens allows"
+    assert any("a reply of 1000002 characters" in r.getMessage() for r in caplog.records)
+
+
 @pytest.mark.parametrize("given", ["a b", "x" * 129, "id;X-Evil=1", ""])
 def test_an_insane_request_id_is_replaced(given):
     with TestClient(create_app(ApiConfig(auth="none"), policy_transport=httpx.MockTransport(ScriptedPolicy()))) as api:
