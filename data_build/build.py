@@ -9,12 +9,15 @@ records read = used + skipped).
 from __future__ import annotations
 
 import argparse
+import contextlib
+import errno
 import json
 import logging
 import os
 import shutil
 import tempfile
 from collections import Counter, defaultdict
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -27,7 +30,7 @@ from memstate.data_build.probe import check_probes, run_probes
 from memstate.data_build.records import EvidenceClaim, SourceRead
 from memstate.data_build.registry import get_source, source_names
 from memstate.data_build.splits import DEFAULT_RATIOS, assign_splits, check_ratios
-from memstate.errors import ConfigError, InputNotFound, OutputExists
+from memstate.errors import ConfigError, InputNotFound, OutputExists, OutputUnwritable
 from memstate.parsing import read_yaml
 from memstate.schema import Instance, stable_id
 from memstate.sources.skips import DataError, SkipLog
@@ -327,9 +330,12 @@ def build_data(config: DataConfig, out_dir: str | Path, *, overwrite: bool = Fal
     probes["enforced"] = config.shortcut_probe == "fail"
 
     features = _features(rows)
-    staging = _staging_dir(out_dir)
+    had_build = out_dir.is_dir() and any(out_dir.iterdir())
+    with _writable(out_dir, had_build):
+        staging = _staging_dir(out_dir)
     try:
-        manifest = _write(staging, config, reads, log, balance, instances, split_of, capped, probes, rows, features)
+        with _writable(out_dir, had_build):  # the staging folder only: out_dir is not touched yet
+            manifest = _write(staging, config, reads, log, balance, instances, split_of, capped, probes, rows, features)
         _move_into_place(staging, out_dir)
     finally:  # a failed build leaves nothing of itself behind
         shutil.rmtree(staging, ignore_errors=True)
@@ -393,6 +399,25 @@ def _staging_dir(out_dir: Path) -> Path:
     except PermissionError:
         out_dir.mkdir(exist_ok=True)
         return Path(tempfile.mkdtemp(prefix=".building-", dir=out_dir))
+
+
+# A disk that is full or out of quota, a file over the size limit (RLIMIT_FSIZE), a read-only filesystem.
+_NO_ROOM = {errno.ENOSPC, errno.EFBIG, errno.EDQUOT, errno.EROFS}
+
+
+@contextlib.contextmanager
+def _writable(out_dir: Path, had_build: bool) -> Iterator[None]:
+    """A write of the staging folder that fails for want of room (``_NO_ROOM``) is one ``OutputUnwritable``: the
+    build is all or nothing, so ``out_dir`` is as it was. pyarrow's ``OSError`` may lack the errno; its text says."""
+    try:
+        yield
+    except OSError as e:
+        text = str(e)
+        if e.errno not in _NO_ROOM and not any(os.strerror(n) in text for n in _NO_ROOM):
+            raise
+        reason = e.strerror or text.splitlines()[0][:200]
+        kept = "the previous build is untouched" if had_build else "nothing was written there"
+        raise OutputUnwritable(f"{out_dir}: cannot write the build: {reason}; {kept}") from None
 
 
 def _move_into_place(staging: Path, out_dir: Path) -> None:

@@ -69,3 +69,10 @@ class OutputExists(MemstateError, FileExistsError):
     another README.md); the message names the path and the files."""
 
     hint = "give --overwrite to replace them, or another --out"
+
+
+class OutputUnwritable(MemstateError, OSError):
+    """An output that could not be written for want of room: a full disk, a quota, a file size limit, a read-only
+    filesystem. The message names the output and says what was left as it was."""
+
+    hint = "free some space (or raise the quota or file size limit) and rerun"

@@ -14,6 +14,7 @@ from datasets import DatasetDict
 
 from memstate.cli import main
 from memstate.data_build.build import build_data, load_data_config
+from memstate.errors import OutputUnwritable
 
 ROOT = Path(__file__).resolve().parents[1]
 FEVER = ROOT / "tests" / "fixtures" / "fever"
@@ -70,6 +71,7 @@ def test_a_failed_rebuild_leaves_the_previous_build_byte_identical(tmp_path, cap
     assert build(capsys, fever_source(tmp_path, SURROGATE_CLAIM, skip_invalid=True), out)[0] == 0
     manifest = json.loads((out / "manifest.json").read_text())
     assert [(s["line"], s["kind"]) for s in manifest["skipped"]] == [(14, "invalid_record")]
+    assert manifest["skipped"][0]["where"] == f"{tmp_path / 'fever' / 'claims.jsonl'}:14"  # as an error names it
     assert "lone surrogate" in manifest["skipped"][0]["reason"]
     assert set(digests(out)) == set(before) and digests(out) != before
     assert sorted(p.name for p in tmp_path.iterdir()) == ["built", "data.yaml", "fever"]
@@ -124,10 +126,31 @@ def test_a_build_that_fails_while_writing_leaves_out_as_it_was(tmp_path, capsys,
         raise OSError(28, "No space left on device")
 
     monkeypatch.setattr(DatasetDict, "save_to_disk", disk_full)
-    with pytest.raises(OSError, match="No space left"):
+    kept = "the previous build is untouched" if state == "previous build" else "nothing was written there"
+    with pytest.raises(OutputUnwritable, match=f"^{out}: cannot write the build: No space left on device; {kept}$"):
         build_data(load_data_config(cfg, progress=False), out)
     assert (digests(out) if out.exists() else None) == before
     assert sorted(p.name for p in (tmp_path / "a").iterdir()) == ([] if state == "missing" else ["b"])
+
+
+def test_a_file_size_limit_while_writing_is_one_line_and_the_previous_build_stays(tmp_path, capsys, monkeypatch):
+    from datasets import Dataset
+
+    cfg = fever_source(tmp_path)
+    out = tmp_path / "built"
+    assert build(capsys, cfg, out)[0] == 0
+    before = digests(out)
+
+    def too_large(*args, **kwargs):  # pyarrow's OSError carries no errno, only the text
+        raise OSError("error writing to file: [Errno 27] File too large")
+
+    monkeypatch.setattr(Dataset, "to_parquet", too_large)
+    code, err = build(capsys, cfg, out)
+    errors = [line for line in err.splitlines() if "error" in line]  # the inputs were read: their progress bars
+    assert code == 2 and len(errors) == 1 and "Traceback" not in err, err
+    assert f"{out}: cannot write the build: error writing to file: [Errno 27] File too large; the previous build" in err
+    assert digests(out) == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["built", "data.yaml", "fever"]  # no staging folder left
 
 
 def test_a_parent_that_cannot_be_written_stages_inside_out(tmp_path, capsys, monkeypatch):

@@ -38,7 +38,9 @@ class Skipped:
     record_id: str | None = None
 
     def to_dict(self) -> dict:
-        d = {"file": self.file, "line": self.line, "reason": self.reason, "kind": self.kind}
+        """The manifest's entry: ``where`` is ``FILE:LINE``, as an error about the record would name it."""
+        d = {"where": f"{self.file}:{self.line}", "file": self.file, "line": self.line, "reason": self.reason,
+             "kind": self.kind}  # fmt: skip
         if self.record_id is not None:
             d["record_id"] = self.record_id
         return d
