@@ -95,7 +95,7 @@ def _extractor(args: argparse.Namespace):
 
 def ingest(args: argparse.Namespace) -> None:
     from memstate.memory.ingest import read_samples
-    from memstate.memory.store import MemoryStore
+    from memstate.memory.store import MemoryStore, readable
 
     if not Path(args.dialogue_file).is_file():
         raise InputNotFound(f"{args.dialogue_file}: no such dialogue file")
@@ -115,7 +115,7 @@ def ingest(args: argparse.Namespace) -> None:
         for n, (path, (_, sessions)) in enumerate(zip(paths, read.samples, strict=True), 1):
             if not path.exists():
                 created.append(path)
-            with MemoryStore(path) as store:
+            with MemoryStore(path) as store, readable(path):
                 for session in sessions:
                     report = store.ingest_session(list(session.turns), extractor, session_id=session.id,
                                                   time=session.time, where=session.where)  # fmt: skip
@@ -146,7 +146,9 @@ def ask_parser(prog: str | None = None) -> StageParser:
         description="Retrieve facts from a store, get a reasoning state from the API, ask the responder.",
     )
     p.add_argument("--store", required=True, help="SQLite store file (memstate memory ingest).")
-    p.add_argument("question", help="The request.")
+    from memstate.memory.search import MAX_QUERY_CHARS
+
+    p.add_argument("question", help=f"The request (at most {MAX_QUERY_CHARS} characters).")
     p.add_argument("--api-url", "--api_url", help="Reasoning-state API (memstate serve api).")
     p.add_argument(
         "--api-key-env", "--api_key_env", default="MEMSTATE_API_KEY", help="Env var with the API's bearer token."
@@ -190,18 +192,23 @@ def ask(parsed: tuple[ResponderConfig, argparse.Namespace]) -> None:
     import os
 
     from memstate.memory.answer import ask as answer_question
-    from memstate.memory.store import MemoryStore
+    from memstate.memory.search import MAX_QUERY_CHARS
+    from memstate.memory.store import MemoryStore, readable
     from memstate.serve.client import ReasoningStateClient
 
     responder_config, args = parsed
     problem = text_problem(args.question)
     if problem is not None:  # bytes that are not UTF-8 arrive from argv as surrogate escapes
         raise ConfigError(f"question: {problem}; give the question as UTF-8 text")
+    if len(args.question) > MAX_QUERY_CHARS:  # the responder would read every token of it (minutes on a CPU)
+        raise ConfigError(f"question: {len(args.question)} characters, over the {MAX_QUERY_CHARS} a question may have")
     if not args.no_state and not args.api_url:
         raise ConfigError("give --api-url (the reasoning-state API) or --no-state (answer without a reasoning state)")
     if not Path(args.store).is_file():
         raise InputNotFound(f"{args.store}: no such memory store (create it with `memstate memory ingest`)")
-    with MemoryStore(args.store) as store:  # opened first: a damaged store fails before a model loads
+    # opened first (never created: an empty file or another database is refused as it is), so that a damaged store
+    # fails before a model loads; a table found damaged later is the same one-line error
+    with MemoryStore(args.store, create=False) as store, readable(args.store):
         responder = make_responder(responder_config)
         api = None
         if not args.no_state:

@@ -12,6 +12,7 @@ import contextlib
 import functools
 import hashlib
 import logging
+import os
 import re
 import threading
 from collections.abc import Iterator, Sequence
@@ -20,6 +21,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from memstate.embedding import DEFAULT_MODEL, Embedder, encode_normalized, load_sentence_transformer
+from memstate.errors import MemstateError
 
 if TYPE_CHECKING:
     from memstate.memory.onnx_encoder import OnnxSentenceEncoder
@@ -45,6 +47,13 @@ def normalize(vecs: np.ndarray) -> np.ndarray:
 RUNTIMES = ("auto", "onnx", "torch")
 
 
+class EmbedderUnavailable(MemstateError, RuntimeError):
+    """A sentence-transformers model that cannot be loaded: a hub id not there (or offline), a directory that is no
+    model. The message is ``LABEL: cannot load 'NAME' (reason)``."""
+
+    hint = "check the model name (and HF_HUB_OFFLINE / the network for a hub id)"
+
+
 class SentenceTransformerEmbedder:
     """A sentence-transformers model, loaded on first use (opening a store to read it never loads a model).
 
@@ -58,11 +67,18 @@ class SentenceTransformerEmbedder:
     ``device`` or the machine has a GPU, else onnx, falling back to torch with a warning if the export fails."""
 
     def __init__(
-        self, model: str = DEFAULT_MODEL, *, batch_size: int = 64, device: str | None = None, runtime: str = "auto"
+        self,
+        model: str = DEFAULT_MODEL,
+        *,
+        batch_size: int = 64,
+        device: str | None = None,
+        runtime: str = "auto",
+        label: str = "embedder",
     ) -> None:
         if runtime not in RUNTIMES:
             raise ValueError(f"runtime {runtime!r} is not one of {list(RUNTIMES)}")
         self.name = model
+        self.label = label
         self.batch_size = batch_size
         self.device = device
         self.runtime = runtime
@@ -74,7 +90,13 @@ class SentenceTransformerEmbedder:
         with self._lock:
             if self._model is None:
                 device = "cpu" if self.runtime == "onnx" else self.device
-                self._model = load_sentence_transformer(self.name, device=device)
+                try:
+                    self._model = load_sentence_transformer(self.name, device=device)
+                except Exception as e:  # a hub id that is not there, offline, not a model: the user's to fix
+                    if self.name == DEFAULT_MODEL:  # the packaged weights: a broken install, keep the traceback
+                        raise
+                    reason = (str(e).strip().splitlines() or [type(e).__name__])[0][:200]
+                    raise EmbedderUnavailable(f"{self.label}: cannot load {self.name!r} ({reason})") from e
                 if self.runtime == "onnx" or (self.runtime == "auto" and self._model.device.type == "cpu"):
                     from memstate.memory.onnx_encoder import OnnxSentenceEncoder  # imports torch: only when embedding
 
@@ -166,11 +188,18 @@ def default_embedder() -> SentenceTransformerEmbedder:
     return SentenceTransformerEmbedder(DEFAULT_MODEL)
 
 
-def embedder_from_name(name: str) -> Embedder:
+# A hub id: a name or owner/name of letters, digits, ".", "_" and "-" (no "..", no leading "." or "-").
+_HUB_ID = re.compile(r"(?!.*\.\.)[A-Za-z0-9][A-Za-z0-9._-]*(?:/[A-Za-z0-9][A-Za-z0-9._-]*)?")
+
+
+def embedder_from_name(name: str, *, label: str = "embedder", local: bool = True) -> Embedder:
     """The embedder a store recorded: ``hash-N``, the default MiniLM, or a sentence-transformers path / hub id.
 
     A store's ``meta`` is a file anyone can edit: a name that is none of these (empty, control characters, a
-    ``hash-`` name without a dimension in range) is a ``ValueError`` saying why.
+    ``hash-`` name without a dimension in range) is a ``ValueError`` saying why. ``local=False`` (what a store's
+    ``meta`` gets): a local path is refused too, since a store may come from elsewhere and its meta must not pick
+    which directory of this machine gets loaded as a model; only ``hash-N``, the default and hub ids. ``label``
+    starts the message of an ``EmbedderUnavailable`` if the model cannot be loaded later.
 
     >>> embedder_from_name("hash-128").dim
     128
@@ -187,4 +216,6 @@ def embedder_from_name(name: str) -> Embedder:
         return HashEmbedder(int(m.group(1)))
     if name == DEFAULT_MODEL:
         return default_embedder()
-    return SentenceTransformerEmbedder(name)
+    if not local and (not _HUB_ID.fullmatch(name) or os.path.exists(name)):
+        raise ValueError(f"{name!r:.80} is a local path, not a hub id: a store's meta may not name a directory to load")
+    return SentenceTransformerEmbedder(name, label=label)

@@ -27,6 +27,9 @@ from memstate.memory.records import fact_id, fact_num
 _SPLIT_SCAN_ROWS = 50_000  # below this one thread's scan beats handing half to another
 HYBRID_POOL = 50  # dense and lexical candidates fused per query
 RRF_K = 10  # reciprocal rank fusion's constant: small, since only the first few ranks of each list matter
+# A query is embedded and matched by its first MAX_QUERY_CHARS characters (an embedder reads a few hundred tokens
+# anyway: MiniLM 256); `memstate memory ask` refuses a longer question outright (docs/memory.md).
+MAX_QUERY_CHARS = 4000
 # Words that say what kind of question it is, not what it is about: left out of lexical queries, where each
 # matching one would pull in every fact that uses it.
 _STOPWORDS = frozenset(
@@ -73,14 +76,15 @@ class SearchMixin:
 
     def embed_query(self, text: str) -> np.ndarray:
         """The query's vector, with the speakers' names left out: a small embedder weighs a name over what is asked
-        ("What did Caroline research?" finds "Wow, Caroline!"), and names are matched by the lexical index."""
+        ("What did Caroline research?" finds "Wow, Caroline!"), and names are matched by the lexical index. Only the
+        first ``MAX_QUERY_CHARS`` characters count."""
         self._sync()
-        return self.embedder.encode([without_names(text, self._index.speakers)])[0]
+        return self.embedder.encode([without_names(text[:MAX_QUERY_CHARS], self._index.speakers)])[0]
 
     def lexical(self, text: str, k: int) -> list[tuple[str, float]]:
         """The ``k`` facts that best match ``text``'s words by BM25 (SQLite FTS5, ``match_query``), best first,
-        with their BM25 scores (higher is better)."""
-        query = match_query(text)
+        with their BM25 scores (higher is better). Only the first ``MAX_QUERY_CHARS`` characters count."""
+        query = match_query(text[:MAX_QUERY_CHARS])
         if query is None or k <= 0:
             return []
         # Only facts the index has loaded: another process may commit between this store's last sync and this query,

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import re
 import sqlite3
 import time
 from collections import defaultdict
@@ -143,7 +144,41 @@ _MIGRATIONS: dict[int, list[str]] = {
 
 
 class StoreError(MemstateError, RuntimeError):
-    """The file is not a memory store this code can use (newer schema, another embedder, mixed dimensions)."""
+    """The file is not a memory store this code can use (newer schema, another embedder, mixed dimensions, not a
+    SQLite file, damaged, a table missing)."""
+
+
+def _unreadable(e: sqlite3.Error) -> bool:
+    """Whether SQLite's error says the file itself is unusable (not a database, damaged, a table or column of the
+    schema gone), as opposed to a transient state of a good store ("database is locked", a full disk) or a bug."""
+    if type(e) is sqlite3.DatabaseError:  # "file is not a database", "database disk image is malformed"
+        return True
+    text = str(e).lower()
+    return isinstance(e, sqlite3.OperationalError) and (
+        text.startswith(("no such table", "no such column", "no such module")) or "malformed" in text
+    )
+
+
+@contextlib.contextmanager
+def readable(path: str | Path) -> Iterator[None]:
+    """Turn SQLite's word that ``path`` is not a usable store (random bytes, a truncated or damaged file, a table
+    dropped) into one ``StoreError`` naming the file; "database is locked", a full disk and the like keep theirs:
+    the store is fine, the moment is not."""
+    try:
+        yield
+    except sqlite3.Error as e:
+        if not _unreadable(e):
+            raise
+        raise StoreError(f"{path}: not a readable memstate store: {e}") from None
+
+
+# The tables every store of SCHEMA_VERSION has (checked on open: a dropped one is a damaged store, refused then
+# rather than a query later failing on it).
+_REQUIRED_TABLES = {
+    name
+    for stmt in (*_SCHEMA, *(s for stmts in _MIGRATIONS.values() for s in stmts))
+    for name in re.findall(r"^CREATE (?:VIRTUAL )?TABLE (\w+)", stmt)
+}
 
 
 class _Index:
@@ -224,31 +259,52 @@ class MemoryStore(CommitMixin, SearchMixin):
         *,
         context_k: int = 32,
         context_per_turn: int = 5,
+        create: bool = True,
     ) -> None:
         self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        if create:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+        elif not self.path.is_file():
+            raise StoreError(f"{self.path}: no such memory store (`memstate memory ingest` creates one)")
         self.context_k, self.context_per_turn = context_k, context_per_turn
-        self._db = sqlite3.connect(self.path, isolation_level=None, timeout=BUSY_TIMEOUT_S)
-        _set_wal(self._db)
-        self._db.execute("PRAGMA synchronous = NORMAL")
-        self._db.execute("PRAGMA foreign_keys = ON")
+        # create=False: mode=rw, so that a missing file stays missing rather than becoming an empty database
+        where, uri = (self.path, False) if create else (self.path.absolute().as_uri() + "?mode=rw", True)
+        self._db = sqlite3.connect(where, isolation_level=None, timeout=BUSY_TIMEOUT_S, uri=uri)
         try:
-            self.embedder = self._open(embedder)
+            with readable(self.path):
+                if not create:  # before anything that writes: a file that is no store is left as it was
+                    self._require_store()
+                _set_wal(self._db)
+                self._db.execute("PRAGMA synchronous = NORMAL")
+                self._db.execute("PRAGMA foreign_keys = ON")
+                self.embedder = self._open(embedder, create=create)
+                self._index = _Index()
+                self.extensions: dict[str, object] = {}  # per-store state of retrieval backends (memory.clag)
+                self._sync()
         except BaseException:
             self._db.close()
             raise
-        self._index = _Index()
-        self.extensions: dict[str, object] = {}  # per-store state of retrieval backends (memstate.memory.clag)
-        self._sync()
 
     # ---- opening ---------------------------------------------------------------------------------------------
 
-    def _open(self, embedder: Embedder | None) -> Embedder:
+    def _tables(self) -> set[str]:
+        return {r[0] for r in self._db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+
+    def _require_store(self) -> None:
+        """Refuse a file that is not a store (``create=False``) without writing to it: an empty file, another
+        SQLite database."""
+        if "schema_version" not in self._tables():
+            what = "an empty file" if self.path.stat().st_size == 0 else "a SQLite file without its tables"
+            raise StoreError(f"{self.path}: not a memstate store ({what}; `memstate memory ingest` creates one)")
+
+    def _open(self, embedder: Embedder | None, *, create: bool = True) -> Embedder:
         with self._transaction():
-            has_schema = self._db.execute(
-                "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'schema_version'"
-            ).fetchone()
+            tables = self._tables()
+            has_schema = "schema_version" in tables
             if not has_schema:
+                if tables - {"sqlite_sequence"}:  # another program's database: never mix a store into it
+                    shown = ", ".join(sorted(tables)[:3]) + (", …" if len(tables) > 3 else "")
+                    raise StoreError(f"{self.path}: not a memstate store (a SQLite file with the tables {shown})")
                 for stmt in _SCHEMA:
                     self._db.execute(stmt)
                 self._db.execute("INSERT INTO schema_version (version) VALUES (1)")
@@ -262,14 +318,19 @@ class MemoryStore(CommitMixin, SearchMixin):
                 self._db.execute("UPDATE schema_version SET version = ?", (SCHEMA_VERSION,))
                 if has_schema:
                     logger.info("%s: schema upgraded from version %d to %d", self.path, version, SCHEMA_VERSION)
+            missing = _REQUIRED_TABLES - self._tables()
+            if missing:
+                raise StoreError(f"{self.path}: not a readable memstate store: no table {', '.join(sorted(missing))}")
             row = self._db.execute("SELECT value FROM meta WHERE key = 'embedder'").fetchone()
+            if row is None and not create and embedder is None:
+                raise StoreError(f"{self.path}: meta.embedder is missing: the store does not say which model made it")
             if row is None:
                 embedder = embedder if embedder is not None else default_embedder()
                 self._db.execute("INSERT INTO meta (key, value) VALUES ('embedder', ?)", (embedder.name,))
                 return embedder
         if embedder is None:
             try:
-                return embedder_from_name(row[0])
+                return embedder_from_name(row[0], label=f"{self.path}: meta.embedder", local=False)
             except ValueError as e:  # meta is data anyone can edit: never a traceback or a 373 GiB allocation
                 raise StoreError(f"{self.path}: meta.embedder: {e}") from None
         if embedder.name != row[0]:

@@ -164,6 +164,40 @@ def ask_store_embedder_hash_huge(tmp, _):
     return argv, "meta.embedder: hash embedder dimension must be 1 to 65536, got 100000000000", tmp / "never"
 
 
+def _ask(store: Path, question: str = "What do I like?") -> list[str]:
+    return ["memory", "ask", "--store", str(store), question, "--responder_model", "x", "--no-state"]
+
+
+def ask_store_random_bytes(tmp, _):
+    store = tmp / "store.sqlite"
+    store.write_bytes(b"SQLite format 3\x00" + bytes(range(256)) * 64)
+    return _ask(store), f"{store}: not a readable memstate store: file is not a database", tmp / "store.sqlite-wal"
+
+
+def ask_store_empty_file(tmp, _):
+    store = tmp / "store.sqlite"
+    store.write_bytes(b"")
+    return _ask(store), f"{store}: not a memstate store (an empty file", tmp / "store.sqlite-wal"
+
+
+def ask_store_embedder_local_path(tmp, _):
+    store = _store_with_embedder(tmp, "/etc")
+    return _ask(store), f"{store}: meta.embedder: '/etc' is a local path, not a hub id", tmp / "never"
+
+
+def ask_question_too_long(tmp, _):
+    store = _store_with_embedder(tmp, "hash-64")
+    return _ask(store, "pasta " * 17_000), "question: 102000 characters, over the 4000", tmp / "never"
+
+
+def ingest_into_a_corrupt_store(tmp, _):
+    store, dialogue = tmp / "store.sqlite", tmp / "dialogue.jsonl"
+    store.write_bytes(b"SQLite format 3\x00" + bytes(range(256)) * 64)
+    dialogue.write_text('{"role": "user", "content": "I like tea."}\n')
+    argv = ["memory", "ingest", "--store", str(store), str(dialogue)]
+    return argv, f"{store}: not a readable memstate store", tmp / "store.sqlite-wal"
+
+
 def train_config_unknown_field(tmp, _):
     cfg = tmp / "train.yaml"
     cfg.write_text(TRAIN_YAML.format(out=tmp / "run") + "num_generationz: 4\n")
@@ -304,6 +338,11 @@ MISTAKES = [
     Mistake("ask-question-not-utf8", ask_question_not_utf8),
     Mistake("ask-store-embedder-hash-0", ask_store_embedder_hash_0),
     Mistake("ask-store-embedder-hash-huge", ask_store_embedder_hash_huge),
+    Mistake("ask-store-random-bytes", ask_store_random_bytes),
+    Mistake("ask-store-empty-file", ask_store_empty_file),
+    Mistake("ask-store-embedder-local-path", ask_store_embedder_local_path),
+    Mistake("ask-question-too-long", ask_question_too_long),
+    Mistake("ingest-into-a-corrupt-store", ingest_into_a_corrupt_store),
 ]
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import io
+import re
 import sqlite3
 import subprocess
 import sys
@@ -60,6 +61,128 @@ def test_a_store_with_damaged_vectors_is_refused_on_open(tmp_path):
         db.execute("UPDATE fact_vectors SET vec = x'00' WHERE rowid = (SELECT MIN(rowid) FROM fact_vectors)")
     with pytest.raises(StoreError, match=f"^{path}: fact_vectors: vectors of \\[1, 256\\] bytes"):
         MemoryStore(path)
+
+
+def _random_bytes(path: Path) -> None:
+    path.write_bytes(b"SQLite format 3\x00" + bytes(range(256)) * 256)  # a header, then no database
+
+
+def _truncated(path: Path) -> None:
+    _store(path, [f"I like tea number {i}." for i in range(40)])
+    with MemoryStore(path) as store:
+        store.checkpoint()
+    data = path.read_bytes()
+    path.write_bytes(data[: len(data) // 3])
+
+
+def _fts_dropped(path: Path) -> None:
+    _store(path, ["I like tea."])
+    db = sqlite3.connect(path)
+    db.executescript("DROP TRIGGER facts_fts_insert; DROP TABLE facts_fts;")
+    db.close()
+
+
+@pytest.mark.parametrize(
+    ("damage", "reason"),
+    [
+        (_random_bytes, "not a readable memstate store: file is not a database"),
+        (_truncated, "not a readable memstate store: database disk image is malformed"),
+        (_fts_dropped, "not a readable memstate store: no table facts_fts"),
+        (lambda p: p.write_bytes(b""), r"not a memstate store \(an empty file"),
+        (lambda p: sqlite3.connect(p).executescript("CREATE TABLE t (x); INSERT INTO t VALUES (1);"),
+         r"not a memstate store \(a SQLite file without its tables"),
+    ],
+    ids=["random-bytes", "truncated", "fts-dropped", "empty-file", "other-database"],
+)  # fmt: skip
+def test_a_file_that_is_no_readable_store_is_refused_by_ask_and_left_as_it_was(tmp_path, capsys, damage, reason):
+    path = tmp_path / "s.sqlite"
+    damage(path)
+    before = path.read_bytes()
+    capsys.readouterr()
+    code = main(["memory", "ask", "--store", str(path), "Where do I live?", "--responder_model", "x", "--no-state"])
+    err = capsys.readouterr().err
+    assert code == 2 and len(err.splitlines()) == 1 and "Traceback" not in err, err
+    assert re.search(f"memstate memory ask: error: {re.escape(str(path))}: {reason}", err), err
+    assert path.read_bytes() == before  # never initialised, repaired or rewritten
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["s.sqlite"]
+
+
+@pytest.mark.parametrize("damage", [_random_bytes, _fts_dropped], ids=["random-bytes", "fts-dropped"])
+def test_ingest_into_a_damaged_store_is_one_line_and_leaves_the_file(tmp_path, capsys, damage):
+    path, dialogue = tmp_path / "s.sqlite", tmp_path / "d.jsonl"
+    dialogue.write_text('{"role": "user", "content": "I like tea."}\n')
+    damage(path)
+    before = path.read_bytes()
+    capsys.readouterr()
+    assert main(["memory", "ingest", "--store", str(path), str(dialogue), "--extractor", "turns"]) == 2
+    err = capsys.readouterr().err
+    assert f"{path}: not a readable memstate store" in err and len(err.splitlines()) == 1, err
+    assert path.read_bytes() == before
+
+
+def test_a_python_caller_gets_the_same_refusals_and_a_missing_file_stays_missing(tmp_path):
+    path = tmp_path / "s.sqlite"
+    path.write_bytes(b"")
+    with pytest.raises(StoreError, match="an empty file"):
+        MemoryStore(path, create=False)
+    assert path.read_bytes() == b""
+    with MemoryStore(path, HashEmbedder(8)) as store:  # create=True (ingest): an empty file is a new store
+        assert len(store) == 0
+    with pytest.raises(StoreError, match="no such memory store"):
+        MemoryStore(tmp_path / "missing.sqlite", create=False)
+    assert not (tmp_path / "missing.sqlite").exists()
+
+
+def test_a_locked_store_is_not_called_damaged():
+    from memstate.memory.store import _unreadable
+
+    assert not _unreadable(sqlite3.OperationalError("database is locked"))
+    assert not _unreadable(sqlite3.OperationalError("database or disk is full"))
+    assert not _unreadable(sqlite3.IntegrityError("UNIQUE constraint failed: sessions.id"))
+    assert _unreadable(sqlite3.DatabaseError("file is not a database"))
+    assert _unreadable(sqlite3.OperationalError("no such table: facts_fts"))
+
+
+@pytest.mark.parametrize("name", ["/etc", "./models/x", "../x", "~/m", "a/b/c", "org/..hidden"])
+def test_a_store_may_not_name_a_local_path_as_its_embedder(tmp_path, name):
+    path = _store(tmp_path / "s.sqlite", ["I like tea."])
+    with sqlite3.connect(path) as db:
+        db.execute("UPDATE meta SET value = ? WHERE key = 'embedder'", (name,))
+    with pytest.raises(StoreError, match=f"^{path}: meta.embedder: .* is a local path, not a hub id"):
+        MemoryStore(path)
+
+
+def test_an_embedder_that_cannot_load_is_one_line_naming_the_store(tmp_path, monkeypatch, capsys):
+    path = _store(tmp_path / "s.sqlite", ["I like tea."])
+    with sqlite3.connect(path) as db:
+        db.execute("UPDATE meta SET value = 'no-such-org/no-such-model' WHERE key = 'embedder'")
+
+    def offline(name, device=None):  # what huggingface_hub says offline, without asking the network
+        raise OSError(f"We couldn't connect to 'https://huggingface.co' to load the files of {name}.\nCheck ...")
+
+    monkeypatch.setattr("memstate.memory.embed.load_sentence_transformer", offline)
+    monkeypatch.setattr("memstate.memory.cli.make_responder", lambda config: _Responder())
+    capsys.readouterr()
+    code = main(["memory", "ask", "--store", str(path), "What tea?", "--responder_model", "x", "--no-state"])
+    err = capsys.readouterr().err
+    assert code == 2 and len(err.splitlines()) == 1 and "Traceback" not in err, err
+    assert f"{path}: meta.embedder: cannot load 'no-such-org/no-such-model' (We couldn't connect to" in err
+
+
+def test_ask_refuses_a_question_over_the_bound_and_search_reads_only_its_start(tmp_path, capsys):
+    from memstate.memory.search import MAX_QUERY_CHARS
+
+    path = _store(tmp_path / "s.sqlite", ["I like green tea.", "I live in Oslo."])
+    capsys.readouterr()
+    long = "pasta " * 17_000
+    code = main(["memory", "ask", "--store", str(path), long, "--responder_model", "x", "--no-state"])
+    err = capsys.readouterr().err
+    assert code == 2 and len(err.splitlines()) == 1, err
+    assert f"question: 102000 characters, over the {MAX_QUERY_CHARS} a question may have" in err
+    with MemoryStore(path) as store:  # a library caller is bounded too: the start is what counts
+        query = "Where do I live? Oslo. " + "x" * MAX_QUERY_CHARS + " green tea"
+        assert [ref for ref, _ in store.lexical(query, 5)] == ["m2"]
+        assert (store.embed_query(query) == store.embed_query(query[:MAX_QUERY_CHARS])).all()
 
 
 class _Responder:
