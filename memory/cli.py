@@ -209,6 +209,7 @@ def ask(parsed: tuple[ResponderConfig, argparse.Namespace]) -> None:
     # opened first (never created: an empty file or another database is refused as it is), so that a damaged store
     # fails before a model loads; a table found damaged later is the same one-line error
     with MemoryStore(args.store, create=False) as store, readable(args.store):
+        store.embedder.dim  # noqa: B018 -- the store's model loads (or fails in one line) before the responder's
         responder = make_responder(responder_config)
         api = None
         if not args.no_state:

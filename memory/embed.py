@@ -12,7 +12,6 @@ import contextlib
 import functools
 import hashlib
 import logging
-import os
 import re
 import threading
 from collections.abc import Iterator, Sequence
@@ -188,18 +187,14 @@ def default_embedder() -> SentenceTransformerEmbedder:
     return SentenceTransformerEmbedder(DEFAULT_MODEL)
 
 
-# A hub id: a name or owner/name of letters, digits, ".", "_" and "-" (no "..", no leading "." or "-").
-_HUB_ID = re.compile(r"(?!.*\.\.)[A-Za-z0-9][A-Za-z0-9._-]*(?:/[A-Za-z0-9][A-Za-z0-9._-]*)?")
-
-
-def embedder_from_name(name: str, *, label: str = "embedder", local: bool = True) -> Embedder:
+def embedder_from_name(name: str, *, label: str = "embedder") -> Embedder:
     """The embedder a store recorded: ``hash-N``, the default MiniLM, or a sentence-transformers path / hub id.
 
     A store's ``meta`` is a file anyone can edit: a name that is none of these (empty, control characters, a
-    ``hash-`` name without a dimension in range) is a ``ValueError`` saying why. ``local=False`` (what a store's
-    ``meta`` gets): a local path is refused too, since a store may come from elsewhere and its meta must not pick
-    which directory of this machine gets loaded as a model; only ``hash-N``, the default and hub ids. ``label``
-    starts the message of an ``EmbedderUnavailable`` if the model cannot be loaded later.
+    ``hash-`` name without a dimension in range) is a ``ValueError`` saying why. A local path stays allowed: an
+    offline node's models are directories, and loading one runs no code of its own (no ``trust_remote_code``,
+    torch's weights-only unpickling); one that is not a model fails when first used. ``label`` starts the message of
+    an ``EmbedderUnavailable`` if the model cannot be loaded then.
 
     >>> embedder_from_name("hash-128").dim
     128
@@ -216,6 +211,4 @@ def embedder_from_name(name: str, *, label: str = "embedder", local: bool = True
         return HashEmbedder(int(m.group(1)))
     if name == DEFAULT_MODEL:
         return default_embedder()
-    if not local and (not _HUB_ID.fullmatch(name) or os.path.exists(name)):
-        raise ValueError(f"{name!r:.80} is a local path, not a hub id: a store's meta may not name a directory to load")
     return SentenceTransformerEmbedder(name, label=label)

@@ -330,7 +330,7 @@ class MemoryStore(CommitMixin, SearchMixin):
                 return embedder
         if embedder is None:
             try:
-                return embedder_from_name(row[0], label=f"{self.path}: meta.embedder", local=False)
+                return embedder_from_name(row[0], label=f"{self.path}: meta.embedder")
             except ValueError as e:  # meta is data anyone can edit: never a traceback or a 373 GiB allocation
                 raise StoreError(f"{self.path}: meta.embedder: {e}") from None
         if embedder.name != row[0]:

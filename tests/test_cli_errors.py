@@ -181,8 +181,9 @@ def ask_store_empty_file(tmp, _):
 
 
 def ask_store_embedder_local_path(tmp, _):
-    store = _store_with_embedder(tmp, "/etc")
-    return _ask(store), f"{store}: meta.embedder: '/etc' is a local path, not a hub id", tmp / "never"
+    (tmp / "not-a-model").mkdir()
+    store = _store_with_embedder(tmp, str(tmp / "not-a-model"))
+    return _ask(store), f"{store}: meta.embedder: cannot load '{tmp / 'not-a-model'}'", tmp / "never"
 
 
 def ask_question_too_long(tmp, _):

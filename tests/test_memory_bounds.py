@@ -16,7 +16,7 @@ import pytest
 from memstate.cli import main
 from memstate.data import read_lines
 from memstate.errors import ConfigError
-from memstate.memory.embed import HashEmbedder
+from memstate.memory.embed import EmbedderUnavailable, HashEmbedder
 from memstate.memory.extract import make_extractor
 from memstate.memory.ingest import IngestError, read_samples
 from memstate.memory.records import Turn
@@ -143,13 +143,16 @@ def test_a_locked_store_is_not_called_damaged():
     assert _unreadable(sqlite3.OperationalError("no such table: facts_fts"))
 
 
-@pytest.mark.parametrize("name", ["/etc", "./models/x", "../x", "~/m", "a/b/c", "org/..hidden"])
-def test_a_store_may_not_name_a_local_path_as_its_embedder(tmp_path, name):
+def test_a_local_path_that_is_no_model_is_one_line_when_first_used(tmp_path):
+    """A store's meta may name a local directory (an offline node's model); one that is not a model is the store's
+    one-line error when the embedder first loads, not a traceback."""
     path = _store(tmp_path / "s.sqlite", ["I like tea."])
+    not_a_model = tmp_path / "not-a-model"
+    not_a_model.mkdir()
     with sqlite3.connect(path) as db:
-        db.execute("UPDATE meta SET value = ? WHERE key = 'embedder'", (name,))
-    with pytest.raises(StoreError, match=f"^{path}: meta.embedder: .* is a local path, not a hub id"):
-        MemoryStore(path)
+        db.execute("UPDATE meta SET value = ? WHERE key = 'embedder'", (str(not_a_model),))
+    with MemoryStore(path) as store, pytest.raises(EmbedderUnavailable, match=f"^{path}: meta.embedder: cannot load"):
+        store.embed_query("tea")
 
 
 def test_an_embedder_that_cannot_load_is_one_line_naming_the_store(tmp_path, monkeypatch, capsys):
