@@ -10,9 +10,26 @@ Two versions of the code can so be timed on copies of one store, back to back.
 
 One store (one user) grows to each size in turn. A synthetic session is 16 user turns of two first-person
 sentences (preferences, beliefs, experiences, facts, constraints) about made-up topics drawn with a Zipf-like skew,
-so topics recur across sessions and produce SUPERSEDES chains and CONFLICTS_WITH edges; each session proposes ≤ 32
-facts. Ingest time covers everything per session: context search, rule extraction, validation, embedding, the
-SQLite commit. CLAG additionally routes every new fact into its clusters (rule-based: nearest centre, keyword
+so topics recur across sessions; each session proposes ≤ 32 facts.
+
+Changes of view (``Views``, issue 57). The one relation rule (``memory.relation_rule``, issue 41) draws an edge only
+between two statements of one person about the same thing — with the rule extractor's default, no embedder, at least
+``MIN_SHARED`` (4) topic words in common, making ``MIN_SHARE`` of the smaller statement's — and a SUPERSEDES only when
+the later one states a change ("used to", "no longer", "I've switched", "changed my mind", …) of an earlier view that
+is still current and, when stored, a preference or constraint; a CONFLICTS_WITH only between two one-sentence claims
+of which exactly one is negated. The short templates below say at most three topic words, so since issue 41 the
+sessions drew no edge and traversal did no work. Now, drawn from a second random stream (the templated sentences,
+and so the rest of the data, are drawn as before and only then replaced), a sentence is at rate ``P_VIEW`` a
+detailed view ("I love <adj> <obj> <topic> with <obj2>.", four topic words), at ``P_CHANGE`` a change of one of the
+user's earlier detailed views, picked uniformly from all stated so far, in this or an earlier session ("I used to
+love <view>, but now I prefer <obj3>.", "I've switched from <view> to …"; a second change of one view supersedes the
+first: chains), at ``P_CLAIM`` a detailed claim ("I believe the <obj> <topic> near <obj2> is <adj>.") and at
+``P_CONTRADICT`` its negation (or back). About 2.5 % of the sentences so state a change and 0.5 % contradict: a
+realistic rate, not one tuned for edges. Whether the earlier view reaches the extractor is the store's context search
+(per user turn the 5 most similar stored facts), as in real use: a change it does not find draws no edge.
+
+Ingest time covers everything per session: context search, rule extraction, validation, embedding, the SQLite
+commit. CLAG additionally routes every new fact into its clusters (rule-based: nearest centre, keyword
 profiles; the released code's defaults — bootstrap at 100 facts into 3 clusters, split above 300, consolidation every
 100 routed facts, new cluster below cosine 0.1); its ingest rate counts store ingest plus routing. MemSearch-o1 does
 its work at query time (seeds with spaCy's blank English tokenizer + lookup lemmas, extractive fragments, 3 rounds).
@@ -91,17 +108,78 @@ TEMPLATES = (
 )
 
 
-def session(rng: random.Random, vocab: Vocab) -> list[Turn]:
+# Changes of view (module docstring): a detailed view names four topic words, a change restates them with a cue the
+# relation rule counts as strong and a liking cue that makes it a preference.
+P_VIEW, P_CHANGE, P_CLAIM, P_CONTRADICT = 0.03, 0.025, 0.01, 0.005
+VIEWS = (
+    "I love {view}.",
+    "I'm fond of {view}.",
+    "I really enjoy {view}.",
+    "I must avoid {view}.",
+)
+CHANGES = (
+    "I used to love {view}, but now I prefer {new}.",
+    "I no longer enjoy {view}.",
+    "I've switched from {view} to {new}, which I enjoy more.",
+    "I've changed my mind about {view}: I'd rather have {new}.",
+    "I've given up {view} and I'm into {new} now.",
+)
+CLAIM = "I believe the {claim} is {adj}."
+CONTRADICTION = "I don't think the {claim} is {adj}."
+
+
+class Views:
+    """The user's detailed views and claims so far, and the second random stream that states, changes and
+    contradicts them (so the templated sentences are drawn exactly as without it)."""
+
+    def __init__(self, seed: int) -> None:
+        self.rng = random.Random(f"views-{seed}")
+        self.views: list[tuple[str, str]] = []  # (topic, "<adj> <obj> <topic> with <obj2>")
+        self.claims: list[list] = []  # [claim words, adjective, negated now]
+        self.stated = Counter()
+
+    def replace(self, sentence: str, topics: list[str], vocab: Vocab) -> str:
+        rng, u = self.rng, self.rng.random()
+        if u < P_VIEW:
+            topic = rng.choice(topics)
+            adj, obj, obj2 = rng.choice(vocab.adjectives), rng.choice(vocab.objects), rng.choice(vocab.objects)
+            view = f"{adj} {obj} {topic} with {obj2}"
+            self.views.append((topic, view))
+            self.stated["view"] += 1
+            return rng.choice(VIEWS).format(view=view)
+        u -= P_VIEW
+        if u < P_CHANGE and self.views:
+            topic, view = rng.choice(self.views)
+            self.stated["change"] += 1
+            return rng.choice(CHANGES).format(view=view, new=f"{rng.choice(vocab.objects)} {topic}")
+        u -= P_CHANGE
+        if u < P_CLAIM:
+            claim = f"{rng.choice(vocab.objects)} {rng.choice(topics)} near {rng.choice(vocab.objects)}"
+            self.claims.append([claim, rng.choice(vocab.adjectives), False])
+            self.stated["claim"] += 1
+            return CLAIM.format(claim=claim, adj=self.claims[-1][1])
+        u -= P_CLAIM
+        if u < P_CONTRADICT and self.claims:
+            held = rng.choice(self.claims)
+            held[2] = not held[2]
+            self.stated["contradiction"] += 1
+            return (CONTRADICTION if held[2] else CLAIM).format(claim=held[0], adj=held[1])
+        return sentence
+
+
+def session(rng: random.Random, vocab: Vocab, views: Views | None = None) -> list[Turn]:
     topics = [vocab.topic(rng) for _ in range(6)]
     turns = []
     for _ in range(TURNS_PER_SESSION):
-        text = " ".join(
+        said = [
             rng.choice(TEMPLATES).format(
                 obj=rng.choice(vocab.objects), topic=rng.choice(topics), adj=rng.choice(vocab.adjectives)
             )
             for _ in range(2)
-        )
-        turns += [Turn("user", text), Turn("assistant", "Noted, thank you for telling me.")]
+        ]
+        if views is not None:
+            said = [views.replace(s, topics, vocab) for s in said]
+        turns += [Turn("user", " ".join(said)), Turn("assistant", "Noted, thank you for telling me.")]
     return turns
 
 
@@ -140,11 +218,13 @@ def measure_retrieval(store: MemoryStore, qs: list[str], backend: str, k: int) -
     return out | ({"modes": dict(modes)} if modes else {})
 
 
-def grow(store: MemoryStore, target: int, rng: random.Random, vocab: Vocab, ex: RuleExtractor) -> dict:
+def grow(
+    store: MemoryStore, target: int, rng: random.Random, vocab: Vocab, ex: RuleExtractor, views: Views | None = None
+) -> dict:
     start_facts, start = len(store), time.perf_counter()
     sessions = rejected = 0
     while len(store) < target:
-        rep = store.ingest_session(session(rng, vocab), ex)
+        rep = store.ingest_session(session(rng, vocab, views), ex)
         sessions += 1
         rejected += len(rep.rejected)
     secs = time.perf_counter() - start
@@ -193,6 +273,12 @@ def main() -> None:
     ap.add_argument("--k", type=int, default=10)
     ap.add_argument("--embedder", choices=["minilm", "hash"], default="minilm")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument(
+        "--no-changes",
+        action="store_true",
+        help="the templated sentences only, as before issue 57: no "
+        "detailed views, changes of view or contradictions, so no relation is drawn",
+    )
     ap.add_argument("--store", help="keep the store here and resume it when it exists (default: a temporary one)")
     ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "bench_memory.json"))
     args = ap.parse_args()
@@ -200,6 +286,7 @@ def main() -> None:
     rng = random.Random(args.seed)
     vocab = Vocab(rng)
     qs = queries(rng, vocab, args.queries)
+    views = None if args.no_changes else Views(args.seed)
     results: dict = {
         "machine": {
             "platform": platform.platform(),
@@ -213,6 +300,15 @@ def main() -> None:
             else "hash-384 (quick run: tied vectors, search and traversal unlike a sentence model's)",
             "retrieval_timing": "query text to facts + relations, query encoding included",
             "turns_per_session": 2 * TURNS_PER_SESSION,
+            "changes_of_view": None
+            if views is None
+            else {
+                "p_view": P_VIEW,
+                "p_change": P_CHANGE,
+                "p_claim": P_CLAIM,
+                "p_contradict": P_CONTRADICT,
+                "same_thing_test": "shared topic words (RuleExtractor without an embedder)",
+            },
             "k": args.k,
             "queries": args.queries,
             "traversal_depth": 2,
@@ -236,7 +332,7 @@ def main() -> None:
         with MemoryStore(path, embedder) as store:
             for size in sorted(args.sizes):
                 embedded_s = embedder.seconds
-                ingest = grow(store, size, rng, vocab, ex)
+                ingest = grow(store, size, rng, vocab, ex, views)
                 ingest["embedding_share"] = round((embedder.seconds - embedded_s) / max(ingest["seconds"], 0.1), 2)
                 t = time.perf_counter()
                 routed = clag_memory(store, CLAG).sync()
@@ -247,6 +343,8 @@ def main() -> None:
                     "facts": stats["facts"],
                     "ingest": ingest,
                     "relations": stats["relations"],
+                    "relations_by_type": dict(Counter(t for _, t, _ in store.relations())),
+                    "sentences_stated": {} if views is None else dict(views.stated),  # in all sessions so far
                     "concepts": stats["concepts"],
                     "sessions": stats["sessions"],
                     "store_mb": round(stats["bytes"] / 2**20, 1),
