@@ -9,8 +9,10 @@ fact's ``source``) and scored:
 
 - **recall**: share of the question's evidence turns among the retrieved facts' sources; **hit**: at least one;
   **complete**: all of them. Averaged over questions.
-- **tokens**: the retrieved facts' texts, newline-joined, counted by the all-MiniLM-L6-v2 WordPiece tokenizer
-  (bert-base-uncased vocabulary, no special tokens): the size of the memory block a responder would read.
+- **tokens**: the retrieved facts as a prompt shows them (``memstate.prompts.format_fact``: ``[F1] (attributes)
+  text``), newline-joined, counted by the all-MiniLM-L6-v2 WordPiece tokenizer (bert-base-uncased vocabulary, no
+  special tokens): the size of the memory block a responder reads, and what a token budget counts.
+  **text_tokens**: the facts' texts alone (what budgets counted before issue 57).
 - **latency**: wall time of the ``retrieve`` call, query embedding included (p50, p95), one call at a time. The
   first call per store and backend (loading the model, building CLAG's clusters) is a warm-up, timed apart.
 - **n_facts**: facts returned (traversal and paths may return more than ``k``; ``retrieve`` caps them at ``3k``).
@@ -52,9 +54,9 @@ from memstate.memory.backends import backend_names, get_backend
 from memstate.memory.cli import EXTRACTORS, store_name
 from memstate.memory.extract import DEFAULT_EXTRACTOR, make_extractor
 from memstate.memory.ingest import locomo_sessions
-from memstate.memory.retrieve import BUDGET_SEEDS
 from memstate.memory.search import match_query
-from memstate.memory.tokens import TOKENIZER, TokenCounter, token_counter, within_budget
+from memstate.memory.tokens import TokenCounter, token_counter, within_budget
+from memstate.prompts import format_fact
 from memstate.sources.locomo import LocomoSample, read_locomo
 from memstate.sources.memsyco import load_memsyco
 
@@ -155,10 +157,13 @@ def _percentile(values: Sequence[float], q: float) -> float | None:
     return float(np.percentile(values, q)) if len(values) else None
 
 
-def _row(q: Question, sources: list[str | None], texts: list[str], ms: float, tokens: TokenCounter) -> dict[str, Any]:
+def _row(q: Question, sources: list[str | None], texts: list[str], ms: float, tokens: TokenCounter,
+         lines: list[str] | None = None) -> dict[str, Any]:  # fmt: skip
+    """One system's scores on one question. ``lines``: the facts as the prompt shows them (``texts`` when None)."""
     return {
         **score(q.evidence, sources),
-        "tokens": tokens(texts),
+        "tokens": tokens(texts if lines is None else lines),
+        "text_tokens": tokens(texts),
         "ms": ms,
         "n_facts": len(sources),
         "sources": sources,
@@ -176,6 +181,7 @@ def _measure_sample(
     tokens: TokenCounter,
     warmup: dict[str, float],
     bar: tqdm,
+    tokenizer: str | None = None,
 ) -> list[dict[str, Any]]:
     """One record per question: every backend and bm25_turns at each k and token budget scored, and naive at each
     backend@k's fact count."""
@@ -197,11 +203,12 @@ def _measure_sample(
         for cut, size in cuts:
             for backend in backends:
                 start = time.perf_counter()
-                got = retrieve(store, q.text, backend=backend, depth=depth, **size)
+                got = retrieve(store, q.text, backend=backend, depth=depth, tokenizer=tokenizer, **size)
                 ms = 1000 * (time.perf_counter() - start)
                 n = len(got.store_ids)
                 sources = [facts.get(i) for i in got.store_ids]
-                rec["systems"][f"{backend}@{cut}"] = _row(q, sources, [f.text for f in got.facts], ms, tokens)
+                lines = [format_fact(f) for f in got.facts]
+                rec["systems"][f"{backend}@{cut}"] = _row(q, sources, [f.text for f in got.facts], ms, tokens, lines)
                 if backend != NAIVE and "k" in size:  # at a budget, naive@budget is the equal-cost comparison
                     if n not in naive_at:
                         vector = store.embed_query(q.text) if vector is None else vector
@@ -211,7 +218,8 @@ def _measure_sample(
             start = time.perf_counter()
             hits = _bm25_turns(turns, q.text, tokens, **size)
             ms = 1000 * (time.perf_counter() - start)
-            rec["systems"][f"{BM25}@{cut}"] = _row(q, [s for s, _ in hits], [t for _, t in hits], ms, tokens)
+            shown = [f"[F{i}] {t}" for i, (_, t) in enumerate(hits, 1)]
+            rec["systems"][f"{BM25}@{cut}"] = _row(q, [s for s, _ in hits], [t for _, t in hits], ms, tokens, shown)
         records.append(rec)
         bar.update(1)
     turns.close()
@@ -220,11 +228,12 @@ def _measure_sample(
 
 def _bm25_turns(turns: TurnIndex, question: str, tokens: TokenCounter, k: int | None = None,
                 budget_tokens: int | None = None) -> list[tuple[str, str]]:  # fmt: skip
-    """bm25_turns' ``k`` best turns, or its best ``BM25_BUDGET_POOL`` packed into ``budget_tokens``."""
+    """bm25_turns' ``k`` best turns, or its best ``BM25_BUDGET_POOL`` packed into ``budget_tokens``, each counted as
+    a prompt would show it: ``[F1] <speaker>: <text>`` (the id costs what the backends' ids cost)."""
     if budget_tokens is None:
         return turns.search(question, k)
     hits = turns.search(question, BM25_BUDGET_POOL)
-    return [hits[i] for i in within_budget(tokens.counts([t for _, t in hits]), budget_tokens)]
+    return within_budget(hits, lambda hit, n: tokens.count_text(f"[F{n}] {hit[1]}") + tokens.newline, budget_tokens)
 
 
 def _coverage(stored: dict[str, set[str | None]], questions: list[Question]) -> dict[str, Any]:
@@ -250,14 +259,17 @@ def summarize(records: list[dict[str, Any]], systems: list[str], backends: Seque
         rows = [r["systems"][name] for r in records]
         ms = [x["ms"] for x in rows]
         recall_ci = mean_ci([x["recall"] for x in rows], n_resamples=n_resamples)
+        hit_ci = mean_ci([x["hit"] for x in rows], n_resamples=n_resamples)
         results[name] = {
             **{m: float(np.mean([x[m] for x in rows])) for m in METRICS},
             "tokens": float(np.mean([x["tokens"] for x in rows])),
+            "text_tokens": float(np.mean([x.get("text_tokens", x["tokens"]) for x in rows])),
             "p50_ms": _percentile(ms, 50),
             "p95_ms": _percentile(ms, 95),
             "n_facts": float(np.mean([x["n_facts"] for x in rows])),
             "n": len(rows),
             "recall_ci95": [recall_ci.low, recall_ci.high] if recall_ci else None,
+            "hit_ci95": [hit_ci.low, hit_ci.high] if hit_ci else None,
         }
     per_category: dict[str, Any] = {}
     for cat in sorted({r["category"] for r in records}):
@@ -318,6 +330,7 @@ def evaluate_retrieval(
     extractor_model: str | None = None,
     embedder: str | None = None,
     n_resamples: int = 2000,
+    tokenizer: str | None = None,
 ) -> dict[str, Any]:
     """Ingest every sample of a LoCoMo file into ``out_dir/stores`` and measure retrieval (module docstring); the
     returned dict is ``retrieval.json``'s content plus ``questions`` (the per-question records)."""
@@ -352,7 +365,7 @@ def evaluate_retrieval(
     _check_store_settings(store_dir, ingest_settings)
 
     by_sample = {s.id: [q for q in questions if q.sample == s.id] for s in data.samples}
-    tokens = token_counter()
+    tokens = token_counter(tokenizer)
     stored: dict[str, set[str | None]] = {}
     records: list[dict[str, Any]] = []
     warmup: dict[str, float] = {}
@@ -372,7 +385,7 @@ def evaluate_retrieval(
             stored[sample.id] = {f.source for f in store.facts()}
             if by_sample[sample.id]:
                 records += _measure_sample(store, sample, by_sample[sample.id], backends, ks, budgets, depth, tokens,
-                                           warmup, bar)  # fmt: skip
+                                           warmup, bar, tokenizer)  # fmt: skip
     bar.close()
 
     cuts = [*map(str, ks), *(f"{b}tok" for b in budgets)]
@@ -394,13 +407,15 @@ def evaluate_retrieval(
         "ks": ks,
         "budgets_tokens": list(budgets),
         "depth": depth,
-        "budget": "facts taken in the backend's order while their texts fit (memory.tokens.within_budget); the "
-        f"backend asked for {BUDGET_SEEDS} seeds; bm25_turns: its best {BM25_BUDGET_POOL} turns packed the same way",
+        "budget": "facts taken in the backend's order while their prompt lines (memstate.prompts.format_fact) fit "
+        "(memory.retrieve.within_rendered_budget); each backend asked for its budget_seeds "
+        f"({ {b: get_backend(b).budget_seeds for b in backends} }); bm25_turns: its best {BM25_BUDGET_POOL} turns "
+        "packed the same way, each counted as '[Fi] <speaker>: <text>'",
         "categories": list(categories),
         "extractor": extractor,
         "extractor_model": extractor_model,
         "embedder": embedder_name,
-        "tokenizer": TOKENIZER,
+        "tokenizer": tokens.name,
         "max_facts": "3 * k (retrieve's default)",
         "decisions": {b: get_backend(b).decisions[0] for b in backends},
         "bootstrap_resamples": n_resamples,
@@ -506,7 +521,8 @@ def render_markdown(result: dict[str, Any]) -> str:
         "- Recall counts an evidence turn as retrieved when any returned fact was stored from it (its `source`); it "
         "says nothing of whether a responder would answer. Backends without an LLM make rule-based decisions.",
         "- Backends may return more facts than k (replies, traversal, paths): compare them at equal facts or at the "
-        "same token budget (`@<N>tok`: facts taken in the backend's order while their texts fit), not at equal k.",
+        "same token budget (`@<N>tok`: facts taken in the backend's order while their prompt lines fit), not at "
+        "equal k.",
         f"- {BM25} searches the raw turns, not the store: it does not depend on the extractor. Its texts are "
         "`<speaker>: <text>`; the turn extractor's facts also carry the session date, so they cost more tokens.",
         "- Latency is single-process, sequential, on this machine; the warm-up calls are excluded.",
@@ -586,8 +602,11 @@ def make_parser(prog: str | None = None) -> argparse.ArgumentParser:
     p.add_argument("--backends", nargs="+", help="Memory backends (default: every registered one).")
     p.add_argument("--k", nargs="+", type=int, default=[5, 10, 20], help="Facts asked of each backend.")
     p.add_argument("--budget", nargs="*", type=int, default=[565],
-                   help="Token budgets (MiniLM WordPiece): rows backend@<N>tok take facts in the backend's order "
-                   "while they fit (565: the paper's). None: K rows only.")  # fmt: skip
+                   help="Token budgets: rows backend@<N>tok take facts in the backend's order while their prompt "
+                   "lines fit (565: the paper's). None: K rows only.")  # fmt: skip
+    p.add_argument("--tokenizer", metavar="DIR",
+                   help="Count tokens with this (fast) tokenizer, e.g. the responder's (default: MiniLM's WordPiece, "
+                   "the paper's unit).")  # fmt: skip
     p.add_argument("--depth", type=int, default=2,
                    help="Hops of relation traversal (SUPERSEDES/CONFLICTS_WITH; 0: none): what it adds.")  # fmt: skip
     p.add_argument("--categories", nargs="+", type=int, default=[1, 2, 3, 4],
@@ -655,6 +674,7 @@ def run(args: argparse.Namespace, *, relations: dict[str, Any] | None = None) ->
         extractor_model=args.extractor_model,
         embedder=args.embedder,
         n_resamples=args.bootstrap_resamples,
+        tokenizer=args.tokenizer,
     )
     if relations is not None:
         result["relations"] = relations

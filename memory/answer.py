@@ -36,11 +36,12 @@ def ask(
     backend: str = "evomem",
     k: int = 10,
     budget_tokens: int | None = None,
+    tokenizer: str | None = None,
     max_new_tokens: int = 128,
 ) -> Answer:
-    """Answer ``question`` from the store (``k`` seed facts, or as many as fit in ``budget_tokens``: ``retrieve``);
-    with ``state_api`` the rules of the served policy guide the responder."""
-    retrieved = retrieve(store, question, k=k, backend=backend, budget_tokens=budget_tokens)
+    """Answer ``question`` from the store (``k`` seed facts, or as many as fit in ``budget_tokens`` of ``tokenizer``:
+    ``retrieve``); with ``state_api`` the rules of the served policy guide the responder."""
+    retrieved = retrieve(store, question, k=k, backend=backend, budget_tokens=budget_tokens, tokenizer=tokenizer)
     rules: tuple[str, ...] = ()
     format_ok = None
     if state_api is not None and retrieved.facts:

@@ -45,7 +45,9 @@ class Query:
 @dataclass(frozen=True)
 class Backend:
     """``search(query) -> (stored fact ids in prompt order, trace)``. ``relations``: the stored relations among the
-    returned facts come with them. ``decisions``: how it decides without an LLM and with one (reports say it)."""
+    returned facts come with them. ``decisions``: how it decides without an LLM and with one (reports say it).
+    ``budget_seeds``: the ``k`` it is asked for under a token budget, where the budget decides how many facts come
+    back: each backend at its best (a backend whose order puts weak facts early wants fewer)."""
 
     name: str
     summary: str
@@ -53,6 +55,7 @@ class Backend:
     decisions: tuple[str, str]
     relations: bool = True
     settings: type | None = None
+    budget_seeds: int = 50
 
     def make_settings(self, options: Mapping[str, Any] | None = None) -> Any:
         """The backend's settings from a mapping of field → value (unknown or bad fields: ConfigError)."""

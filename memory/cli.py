@@ -159,8 +159,13 @@ def ask_parser(prog: str | None = None) -> StageParser:
     p.add_argument("--backend", choices=backend_names(), default="evomem", help="A registered retrieval backend.")
     p.add_argument("-k", type=int, default=10, help="Seed facts retrieved (without --budget-tokens).")
     p.add_argument("--budget-tokens", "--budget_tokens", type=int, metavar="N",
-                   help="Facts in the backend's order while they fit in N MiniLM tokens (565: the budget measured in "
-                   "docs/memory.md) instead of k seeds.")  # fmt: skip
+                   help="Facts in the backend's order while their prompt lines fit in N tokens (565: the budget "
+                   "measured in docs/memory.md) instead of k seeds.")  # fmt: skip
+    p.add_argument(
+        "--tokenizer",
+        metavar="DIR",
+        help="The tokenizer that counts --budget-tokens, e.g. the responder's (default: MiniLM's).",
+    )
     return p
 
 
@@ -216,7 +221,7 @@ def ask(parsed: tuple[ResponderConfig, argparse.Namespace]) -> None:
             key = os.environ.get(args.api_key_env) if args.api_key_env else None
             api = ReasoningStateClient(args.api_url, api_key=key)
         answer = answer_question(store, args.question, responder, state_api=api, backend=args.backend, k=args.k,
-                                   budget_tokens=args.budget_tokens)  # fmt: skip
+                                   budget_tokens=args.budget_tokens, tokenizer=args.tokenizer)  # fmt: skip
     if api is not None:
         api.close()
     one = functools.partial(shown, newlines=False)  # one fact, relation or rule per line

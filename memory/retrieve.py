@@ -21,11 +21,11 @@ import numpy as np
 
 from memstate.memory.backends import Query, get_backend
 from memstate.memory.llm_client import ChatJSON
+from memstate.memory.records import StoredFact
 from memstate.memory.store import MemoryStore
-from memstate.memory.tokens import token_counter, within_budget
+from memstate.memory.tokens import TokenCounter, token_counter, within_budget
+from memstate.prompts import format_fact
 from memstate.schema import Fact, Relation
-
-BUDGET_SEEDS = 50  # seeds asked of a backend under a token budget (~25 facts fit 565 tokens at the least)
 
 
 @dataclass(frozen=True)
@@ -52,6 +52,7 @@ def retrieve(
     llm: ChatJSON | None = None,
     settings: Any = None,
     budget_tokens: int | None = None,
+    tokenizer: str | None = None,
 ) -> Retrieved:
     """Facts and relational state for ``query`` from ``backend`` (a registered name); see the module docstring.
     ``max_facts`` caps the facts returned (default ``3 * k``: evomem's traversal, memsearch's path); ``query_vector``
@@ -59,37 +60,46 @@ def retrieve(
     the decisions of backends that have LLM versions (CLAG's routing, profiles and cluster choice, MemSearch-o1's
     fragments and sub-queries); without it they use their rule-based versions (labelled in ``trace``).
     ``settings``: an instance of the backend's settings dataclass (default: its defaults). ``budget_tokens``: the
-    facts are taken in the backend's order while their texts fit in that many tokens (``memory.tokens``); the backend
-    is asked for at least ``BUDGET_SEEDS`` seeds, so the budget, not ``k``, decides how many come back."""
+    facts are taken in the backend's order while they fit in that many tokens (``memory.tokens``), each counted as a
+    prompt shows it (``memstate.prompts.format_fact``: id, attributes and text); the backend is asked for its
+    ``budget_seeds`` (at least ``k``), so the budget, not ``k``, decides how many come back. ``tokenizer``: the
+    directory of the tokenizer that counts (the responder's; MiniLM's WordPiece when None)."""
     spec = get_backend(backend)
     if budget_tokens is not None:
-        k = max(k, BUDGET_SEEDS)
+        k = max(k, spec.budget_seeds)
     vec = store.embed_query(query) if query_vector is None else query_vector
     limit = max_facts if max_facts is not None else 3 * k
     order, trace = spec.search(Query(store, query, vec, k, limit, depth, llm, settings))
     order, trace = order[:limit], {"backend": backend, **trace}
     stored = store.facts(order)
     if budget_tokens is not None:
-        sizes = token_counter().counts([f.text for f in stored])
-        stored = [stored[i] for i in within_budget(sizes, budget_tokens)]
-    if not stored:
+        stored = within_rendered_budget(stored, budget_tokens, token_counter(tokenizer))
+    facts = number(stored)
+    if not facts:
         return Retrieved((), (), (), (), trace)
-    fid = {f.id: f"F{i}" for i, f in enumerate(stored, 1)}
-    facts = tuple(
-        Fact(
-            id=fid[f.id],
-            text=f.text,
-            kind=f.kind,
-            scope=f.scope,
-            turn=f.turn,
-            time=f.time,
-            role="gold" if f.current else "outdated",
-        )
-        for f in stored
-    )
+    stored = [f for f, _ in facts]
+    fid = {f.id: shown.id for f, shown in facts}
     relations: tuple[Relation, ...] = ()
     if spec.relations:
         edges = dict.fromkeys(e for f in stored for e in store.links(f.id) if e[0] in fid and e[2] in fid)
         relations = tuple(Relation(fid[s], t, fid[d]) for s, t, d in edges)
     scores = store.similarity([f.id for f in stored], vec)
-    return Retrieved(facts, relations, tuple(f.id for f in stored), tuple(scores), trace)
+    return Retrieved(tuple(shown for _, shown in facts), relations, tuple(f.id for f in stored), tuple(scores), trace)
+
+
+def shown_fact(fact: StoredFact, fid: str) -> Fact:
+    """A stored fact as prompts show it, numbered ``fid``; ``role`` (never shown) says whether it was superseded."""
+    return Fact(id=fid, text=fact.text, kind=fact.kind, scope=fact.scope, turn=fact.turn, time=fact.time,
+                role="gold" if fact.current else "outdated")  # fmt: skip
+
+
+def number(stored: list[StoredFact]) -> list[tuple[StoredFact, Fact]]:
+    return [(f, shown_fact(f, f"F{i}")) for i, f in enumerate(stored, 1)]
+
+
+def within_rendered_budget(stored: list[StoredFact], budget: int, counter: TokenCounter) -> list[StoredFact]:
+    """The facts taken in order while their prompt lines (``format_fact``, numbered as they are taken, each with the
+    line break after it) fit in ``budget`` tokens of ``counter`` (``memory.tokens.within_budget``)."""
+    return within_budget(
+        stored, lambda f, n: counter.count_text(format_fact(shown_fact(f, f"F{n}"))) + counter.newline, budget
+    )

@@ -36,6 +36,7 @@ from memstate.memory.relation_rule import (
 )
 from memstate.memory.rule_extractor import fact_kind, scope_of
 from memstate.memory.validate import MAX_FACT_CHARS
+from memstate.prompts import date_of
 
 _SENTENCE_END = re.compile(r"[.!?]+(?=\s|$)|[.!?]+(?=[A-Z])|\n")
 _MIN_PIECE = 100  # a piece's room when a very long speaker/time label leaves less
@@ -68,26 +69,6 @@ def pieces(text: str, limit: int) -> list[str]:
         while start < len(text) and text[start].isspace():
             start += 1
     return out
-
-
-# A time of day before or after the date ("1:56 pm on 8 May, 2023"; "2023-05-08T13:56:00Z"): the label keeps the
-# date, which temporal questions need; the time of day answers almost none and costs a fifth of a short fact's tokens.
-_TIME_OF_DAY = re.compile(
-    r"^\s*\d{1,2}[:.]\d{2}(?:[:.]\d{2})?\s*(?:[ap]\.?m\.?)?\s*(?:on\s+|,\s*)?"
-    r"|(?:T|,?\s+(?:at\s+)?)\d{1,2}:\d{2}(?::\d{2}(?:\.\d+)?)?\s*(?:[ap]\.?m\.?|Z|[+-]\d{2}:?\d{2})?\s*$",
-    re.IGNORECASE,
-)
-
-
-def date_of(time: str) -> str:
-    """``time`` without its time of day (``time`` itself when that would leave nothing).
-
-    >>> date_of("1:56 pm on 8 May, 2023"), date_of("2023-05-08T13:56:00Z"), date_of("May 8, 2023 at 1:56pm")
-    ('8 May, 2023', '2023-05-08', 'May 8, 2023')
-    >>> date_of("8 May, 2023"), date_of("12:30")
-    ('8 May, 2023', '12:30')
-    """
-    return _TIME_OF_DAY.sub("", time).strip() or time
 
 
 def label(turn: Turn) -> str:

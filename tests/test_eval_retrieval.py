@@ -65,7 +65,9 @@ def test_one_of_two_evidence_turns_retrieved_is_half_recall_a_hit_and_not_comple
     row = paint["systems"]["pick_d22@1"]
     assert (row["recall"], row["hit"], row["complete"], row["n_facts"]) == (0.5, 1.0, 0.0, 1)
     assert row["sources"] == ["D2:2"]
-    assert row["tokens"] == TokenCounter().count_text(_stored_text(tmp_path / "out" / "stores" / "conv-t1.sqlite"))
+    text = _stored_text(tmp_path / "out" / "stores" / "conv-t1.sqlite")
+    assert row["text_tokens"] == TokenCounter().count_text(text)
+    assert row["tokens"] == TokenCounter().count_text(f"[F1] {text}")  # as the prompt shows it: the date once
     assert result["results"]["pick_d22@1"]["n"] == 3  # the category-5 question is left out by default
 
 

@@ -4,6 +4,8 @@ brings the reply to its best seeds; ``retrieve(budget_tokens=...)`` takes facts 
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -14,6 +16,7 @@ from memstate.memory.evomem import with_replies
 from memstate.memory.records import FactProposal
 from memstate.memory.tokens import token_counter
 from memstate.memory.turn_extractor import TurnExtractor
+from memstate.prompts import format_fact
 from tests.test_memory_clag import AxisEmbedder
 from tests.test_memory_hybrid import Recorder
 
@@ -55,7 +58,7 @@ def test_the_reply_to_a_turn_is_found_by_the_question_it_answers(tmp_path):
         assert ids[1] in got.store_ids
 
 
-@pytest.mark.parametrize("budget", [12, 30, 80])
+@pytest.mark.parametrize("budget", [20, 40, 100])
 def test_a_budget_takes_facts_in_the_backends_order_while_they_fit(tmp_path, budget):
     with MemoryStore(tmp_path / "m.db", AxisEmbedder()) as store:
         for i in range(6):
@@ -63,11 +66,47 @@ def test_a_budget_takes_facts_in_the_backends_order_while_they_fit(tmp_path, bud
                                   _turn("Ben", f"Tea {i}.")], TurnExtractor())  # fmt: skip
         everything = retrieve(store, "jazz notes", k=50, depth=0, backend="naive")
         got = retrieve(store, "jazz notes", budget_tokens=budget, depth=0, backend="naive")
-    sizes = token_counter().counts([f.text for f in everything.facts])
     expected, used = [], 0
-    for ref, size in zip(everything.store_ids, sizes, strict=True):  # greedy in order, passing over what does not fit
+    for ref, fact in zip(everything.store_ids, everything.facts, strict=True):  # greedy, passing over what won't fit
+        shown = format_fact(dataclasses.replace(fact, id=f"F{len(expected) + 1}"))  # counted as the prompt shows it
+        size = token_counter().count_text(shown)
+        assert size > token_counter().count_text(fact.text)  # the id is counted too
         if used + size <= budget:
             expected.append(ref)
             used += size
     assert list(got.store_ids) == expected and 0 < used <= budget
     assert [f.id for f in got.facts] == [f"F{i}" for i in range(1, len(expected) + 1)]
+
+
+def test_a_budget_can_be_counted_in_the_responders_own_tokens(tmp_path, tiny_models):
+    from transformers import AutoTokenizer
+
+    from memstate.errors import ConfigError
+    from memstate.memory.tokens import TokenCounter
+
+    path = str(tiny_models["responder"])
+    bpe = token_counter(path)
+    assert bpe.newline >= 1 and token_counter().newline == 0  # a BPE counts the line break, WordPiece does not
+    own = AutoTokenizer.from_pretrained(path)
+    text = "Ana (8 May, 2023): I play jazz every Sunday."
+    assert bpe.count_text(text) == len(own(text, add_special_tokens=False)["input_ids"])
+    assert bpe(["a", "b", "c"]) == bpe.count_text("a\nb\nc")
+    with MemoryStore(tmp_path / "m.db", AxisEmbedder()) as store:
+        for i in range(6):
+            store.ingest_session([_turn("Ana", f"Jazz note {i}: " + "long " * (3 * i))], TurnExtractor())
+        everything = retrieve(store, "jazz notes", k=50, depth=0, backend="naive")
+        taken = {}
+        for counter, tokenizer in ((bpe, path), (token_counter(), None)):
+            got = retrieve(store, "jazz notes", budget_tokens=60, depth=0, backend="naive", tokenizer=tokenizer)
+            assert 0 < counter([format_fact(f) for f in got.facts]) <= 60
+            expected, used = [], 0  # greedy in that tokenizer's tokens, a line break after each line
+            for ref, fact in zip(everything.store_ids, everything.facts, strict=True):
+                size = counter.count_text(format_fact(dataclasses.replace(fact, id=f"F{len(expected) + 1}")))
+                if used + size + counter.newline <= 60:
+                    expected.append(ref)
+                    used += size + counter.newline
+            assert list(got.store_ids) == expected
+            taken[tokenizer] = expected
+        assert len(taken[path]) < len(taken[None])  # the tiny BPE spends more tokens on the same lines
+    with pytest.raises(ConfigError, match="--tokenizer"):
+        TokenCounter(str(tmp_path / "nowhere"))

@@ -12,6 +12,7 @@ from memstate.memory import HashEmbedder, MemoryStore, RuleExtractor, StoreError
 from memstate.memory.records import ConceptEdit, FactProposal, Proposal, RelationProposal
 from memstate.memory.rule_extractor import fact_kind
 from memstate.memory.tokens import token_counter
+from memstate.prompts import format_fact
 
 TABLES = ("sessions", "facts", "fact_vectors", "relations", "concepts", "concept_facts")
 
@@ -86,7 +87,7 @@ def test_a_later_seed_is_moved_up_beside_the_fact_it_supersedes(store):
     ret = retrieve(store, "lemon", k=5)
     assert ret.store_ids[ret.store_ids.index(old) + 1] == new and len(ret.store_ids) == 5
     # A budget that holds only the first three facts of the ranking without traversal still brings the new one.
-    budget = token_counter()([f.text for f in no_traversal.facts[:3]])
+    budget = token_counter()([format_fact(f) for f in no_traversal.facts[:3]])  # as the prompt shows them
     got = retrieve(store, "lemon", budget_tokens=budget)
     assert old in got.store_ids and new in got.store_ids
     assert new not in retrieve(store, "lemon", budget_tokens=budget, depth=0).store_ids

@@ -18,8 +18,8 @@ INSTANCE = Instance(
 )  # fmt: skip
 
 PINNED_USER = """Memories:
-[F1] (fact, global, 2023-01-02) I live in Bergen.
-[F2] (fact, global, 2024-05-01) I moved to Oslo.
+[F1] (2023-01-02) I live in Bergen.
+[F2] (2024-05-01) I moved to Oslo.
 
 Relations:
 F2 SUPERSEDES F1
@@ -38,7 +38,7 @@ Answer with the letter of the correct option only."""
 
 
 def test_the_responder_prompt_shows_the_relations_and_is_pinned():
-    assert PROMPT_VERSION == "ms-prompts-v2"
+    assert PROMPT_VERSION == "ms-prompts-v3"
     messages = responder_messages(INSTANCE, ("Prefer F2; F1 is outdated.", "Answer from the current memory."))
     assert messages == [{"role": "system", "content": RESPONDER_SYSTEM}, {"role": "user", "content": PINNED_USER}]
 
