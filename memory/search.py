@@ -21,6 +21,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
+from memstate.memory.dates import DateSpan
 from memstate.memory.embed import normalize
 from memstate.memory.records import fact_id, fact_num
 
@@ -96,25 +97,67 @@ class SearchMixin:
         )
         return [(fact_id(num), -score) for num, score in rows]
 
-    def hybrid(self, text: str, vector: np.ndarray, k: int, *, pool: int = HYBRID_POOL) -> list[str]:
+    def hybrid(
+        self,
+        text: str,
+        vector: np.ndarray,
+        k: int,
+        *,
+        pool: int = HYBRID_POOL,
+        rrf_k: int = RRF_K,
+        span: DateSpan | None = None,
+        lexical: list[str] | None = None,
+    ) -> list[str]:
         """The ``k`` best facts by reciprocal rank fusion of the ``pool`` nearest by ``vector`` and the ``pool`` best
-        lexical matches of ``text``: ``sum 1 / (RRF_K + rank)`` over the two lists, best first (ties: dense first).
-        Dense search misses the rare words, names and dates that decide many questions; BM25 misses paraphrase."""
-        dense = [ref for ref, _ in self.nearest(vector, max(pool, k))]
-        return rrf([dense, [ref for ref, _ in self.lexical(text, max(pool, k))]])[:k]
+        lexical matches of ``text``: ``sum 1 / (rrf_k + rank)`` over the two lists, best first (ties: dense first).
+        Dense search misses the rare words, names and dates that decide many questions; BM25 misses paraphrase.
+        ``span`` (the dates a question names, ``memory.dates.question_span``): a third list, the ``pool`` nearest
+        among the facts said within it. ``lexical``: that list when the caller has it already (a second search of the
+        same text)."""
+        scores = self._dense_scores(vector)
+        dense = self._top(scores, max(pool, k))
+        if lexical is None:
+            lexical = [ref for ref, _ in self.lexical(text, max(pool, k))]
+        rankings = [dense, lexical]
+        if span is not None and scores is not None:
+            idx = self._index
+            rankings.append(self._top(scores, max(pool, k), span.mask(idx.days[: idx.n], idx.months[: idx.n])))
+        return rrf(rankings, rrf_k)[:k]
 
     def nearest(self, vector: np.ndarray, k: int) -> list[tuple[str, float]]:
         """The ``k`` facts most similar to ``vector`` (unit-normalized), best first, with their cosines."""
+        scores = self._dense_scores(vector)
+        if scores is None or k <= 0:
+            return []
+        idx = self._index
+        top = self._top_rows(scores, k)
+        return [(fact_id(int(idx.nums[i])), float(scores[i])) for i in top]
+
+    def _dense_scores(self, vector: np.ndarray) -> np.ndarray | None:
+        """Cosine of every indexed fact with ``vector`` (None for an empty store)."""
         self._sync()
         idx = self._index
-        if not idx.n or k <= 0:
-            return []
+        if not idx.n:
+            return None
         q = normalize(np.asarray(vector, dtype=np.float32).reshape(1, -1))[0]
-        scores = _scores(idx.matrix[: idx.n], q)
-        k = min(k, idx.n)
-        top = np.argpartition(scores, idx.n - k)[idx.n - k :] if k < idx.n else np.arange(idx.n)
-        top = top[np.lexsort((-idx.nums[top], -scores[top]))]  # ties: the later fact first
-        return [(fact_id(int(idx.nums[i])), float(scores[i])) for i in top]
+        return _scores(idx.matrix[: idx.n], q)
+
+    def _top_rows(self, scores: np.ndarray, k: int, mask: np.ndarray | None = None) -> np.ndarray:
+        """Rows of the ``k`` best ``scores`` (among ``mask``), best first; ties: the later fact first."""
+        idx = self._index
+        rows = None if mask is None else np.flatnonzero(mask)
+        sub = scores if rows is None else scores[rows]
+        n, k = len(sub), min(k, len(sub))
+        if k <= 0:
+            return np.zeros(0, dtype=np.int64)
+        top = np.argpartition(sub, n - k)[n - k :] if k < n else np.arange(n)
+        top = top if rows is None else rows[top]
+        return top[np.lexsort((-idx.nums[top], -scores[top]))]
+
+    def _top(self, scores: np.ndarray | None, k: int, mask: np.ndarray | None = None) -> list[str]:
+        if scores is None:
+            return []
+        return [fact_id(int(self._index.nums[i])) for i in self._top_rows(scores, k, mask)]
 
     def index_view(self) -> tuple[np.ndarray, np.ndarray]:
         """``(nums, matrix)`` of every fact in the index, oldest first (read-only views: row i is fact nums[i])."""
@@ -130,6 +173,12 @@ class SearchMixin:
         """Row of each fact number in ``index_view()``'s matrix."""
         row = self._index.row
         return np.fromiter((row[int(n)] for n in nums), dtype=np.int64, count=len(nums))
+
+    def vectors(self, ids: Sequence[str]) -> np.ndarray:
+        """The index vectors of the stored facts ``ids``, one row each."""
+        self._sync()
+        idx = self._index
+        return idx.matrix[[idx.row[fact_num(i)] for i in ids]]
 
     def similarity(self, ids: Sequence[str], vector: np.ndarray) -> list[float]:
         """Cosine of each stored fact in ``ids`` with ``vector``."""

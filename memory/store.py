@@ -22,6 +22,7 @@ module keeps what both use: the connection and its transactions, the in-memory i
 from __future__ import annotations
 
 import contextlib
+import datetime as dt
 import logging
 import re
 import sqlite3
@@ -35,6 +36,7 @@ import numpy as np
 from memstate.embedding import Embedder
 from memstate.errors import MemstateError
 from memstate.memory.commit import CommitMixin
+from memstate.memory.dates import fact_day
 from memstate.memory.embed import default_embedder, embedder_from_name
 from memstate.memory.records import (
     FACT_RELATIONS,
@@ -187,6 +189,8 @@ class _Index:
     def __init__(self) -> None:
         self.n = 0
         self.nums = np.zeros(0, dtype=np.int64)
+        self.days = np.zeros(0, dtype=np.int32)  # memory.dates.fact_day of each row (0: no date)
+        self.months = np.zeros(0, dtype=np.int8)
         self.matrix: np.ndarray | None = None
         self.row: dict[int, int] = {}
         self.kinds: list[str] = []
@@ -200,7 +204,7 @@ class _Index:
     def last_fact(self) -> int:
         return int(self.nums[self.n - 1]) if self.n else 0
 
-    def add_facts(self, nums: list[int], kinds: list[str], vecs: np.ndarray) -> None:
+    def add_facts(self, nums: list[int], kinds: list[str], vecs: np.ndarray, days: list[int]) -> None:
         if self.matrix is not None and vecs.shape[1] != self.matrix.shape[1]:
             raise StoreError(f"embedding dimension {vecs.shape[1]} differs from the store's {self.matrix.shape[1]}")
         need = self.n + len(nums)
@@ -208,12 +212,18 @@ class _Index:
             cap = max(need, 2 * (0 if self.matrix is None else len(self.matrix)), 1024)
             matrix = np.zeros((cap, vecs.shape[1]), dtype=np.float32)
             all_nums = np.zeros(cap, dtype=np.int64)
+            all_days = np.zeros(cap, dtype=np.int32)
+            all_months = np.zeros(cap, dtype=np.int8)
             if self.matrix is not None:
                 matrix[: self.n] = self.matrix[: self.n]
                 all_nums[: self.n] = self.nums[: self.n]
-            self.matrix, self.nums = matrix, all_nums
+                all_days[: self.n] = self.days[: self.n]
+                all_months[: self.n] = self.months[: self.n]
+            self.matrix, self.nums, self.days, self.months = matrix, all_nums, all_days, all_months
         self.matrix[self.n : need] = vecs
         self.nums[self.n : need] = nums
+        self.days[self.n : need] = days
+        self.months[self.n : need] = [dt.date.fromordinal(d).month if d else 0 for d in days]
         for i, num in enumerate(nums, self.n):
             self.row[num] = i
         self.kinds += kinds
@@ -371,7 +381,7 @@ class MemoryStore(CommitMixin, SearchMixin):
         """Load facts and relations committed since the index was last brought up to date (by anyone)."""
         idx = self._index
         rows = self._db.execute(
-            "SELECT f.num, f.kind, v.vec, f.speaker FROM facts f JOIN fact_vectors v ON v.fact = f.num "
+            "SELECT f.num, f.kind, v.vec, f.speaker, f.time FROM facts f JOIN fact_vectors v ON v.fact = f.num "
             "WHERE f.num > ? ORDER BY f.num",
             (idx.last_fact,),
         ).fetchall()
@@ -380,7 +390,7 @@ class MemoryStore(CommitMixin, SearchMixin):
             if len(sizes) > 1 or sizes[0] == 0 or sizes[0] % 4:  # a damaged or hand-edited file, not a traceback
                 raise StoreError(f"{self.path}: fact_vectors: vectors of {sizes[:3]} bytes, not one float32 size")
             vecs = np.frombuffer(b"".join(r[2] for r in rows), dtype=np.float32).reshape(len(rows), -1)
-            idx.add_facts([r[0] for r in rows], [r[1] for r in rows], vecs)
+            idx.add_facts([r[0] for r in rows], [r[1] for r in rows], vecs, [fact_day(r[4]) for r in rows])
             idx.speakers.update(r[3] for r in rows if r[3])
         for num, src, rel, dst in self._db.execute(
             "SELECT num, src, type, dst FROM relations WHERE num > ? ORDER BY num", (idx.last_relation,)
