@@ -84,3 +84,22 @@ def test_a_name_cannot_be_taken_twice(recency) -> None:
     register(RECENCY)  # the same backend again (a module imported twice) is fine
     with pytest.raises(ValueError, match="already registered"):
         register(Backend("recency", "other", lambda q: ([], {}), ("none",) * 2))
+
+
+def test_under_a_budget_each_backend_is_asked_for_its_own_seed_count(store) -> None:
+    asked: list[int] = []
+
+    def search(query: Query) -> tuple[list[str], dict]:
+        asked.append(query.k)
+        return recency_search(query)
+
+    register(Backend("few_seeds", "recency, asked for few seeds", search, ("none",) * 2, budget_seeds=2))
+    try:
+        got = retrieve(store, "tea", k=1, backend="few_seeds", budget_tokens=1000)
+        assert asked == [2] and len(got.store_ids) == 2  # the budget had room for all three facts
+        retrieve(store, "tea", k=5, backend="few_seeds", budget_tokens=1000)
+        retrieve(store, "tea", k=1, backend="few_seeds")  # no budget: k itself
+        assert asked == [2, 5, 1]
+    finally:
+        unregister("few_seeds")
+    assert get_backend("evomem").budget_seeds == 50 > get_backend("memsearch").budget_seeds
