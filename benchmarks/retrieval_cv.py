@@ -8,9 +8,10 @@ the five conversations its settings were chosen on.
 
 The metric is `memstate eval retrieval`'s evomem@<budget>tok row, computed by its own code: questions of categories
 1-4 (``evaluate.retrieval.select_questions``), ``memory.retrieve.retrieve(backend="evomem", depth=2,
-budget_tokens=565)``, the returned facts mapped to their source turns and scored by ``evaluate.retrieval._row`` /
-``score`` (recall, hit, complete, tokens). With every setting at its shipped value the figures are the documented
-0.765 recall / 0.839 hit (checked and recorded in the JSON as ``reproduces_eval_retrieval``).
+budget_tokens=565)``: the budget counts each fact as the prompt shows it, ``memstate.prompts.format_fact``), the
+returned facts mapped to their source turns and scored by ``evaluate.retrieval._row`` / ``score`` (recall, hit,
+complete, tokens). With every setting at its shipped value the figures are eval retrieval's evomem@565tok row
+(``reproduces_eval_retrieval`` in the JSON).
 
 The settings (docs/memory.md, "Retrieval benchmark"; issue 45 / commit 11837d2), each on a grid of its shipped value
 and the alternatives tried when it was chosen:
@@ -28,17 +29,21 @@ and the alternatives tried when it was chosen:
   needs a second set of stores: ingested with ``turn_extractor.label`` replaced and ``commit.embedding_text``
   stripping the longer label, so that both sets have the vectors the shipped code computes ("Caroline: ...": only
   the label differs, not the vector).
-- ``pool`` (``memory/search.py`` ``HYBRID_POOL`` = 50, dense and lexical candidates fused; ``memory/retrieve.py``
-  ``BUDGET_SEEDS`` = 50, seeds asked under a budget; tried 30 and 100): under a budget ``hybrid`` fuses
-  ``max(pool, k)`` candidates with k = ``BUDGET_SEEDS``, so a pool below 50 does nothing unless the seeds shrink too;
-  here both are set to the value. ``HYBRID_POOL`` is bound as ``hybrid``'s keyword default at import, so it is set
-  through ``SearchMixin.hybrid.__kwdefaults__``; ``BUDGET_SEEDS`` is a global read at call time.
-- ``rrf_k`` (``memory/search.py`` ``RRF_K`` = 10; tried 5): reciprocal rank fusion's constant, also bound as
-  ``rrf``'s default at import: ``memory.search.rrf`` (looked up by ``hybrid`` at call time) is replaced by
-  ``functools.partial(rrf, k=value)``.
+- ``feedback`` (``memory/evomem.py`` ``EvomemSettings.feedback_facts`` x ``feedback_weight`` = 3 x 0.5; new in issue
+  57, tried off, 1 x 0.25, 3 x 0.25): pseudo-relevance feedback, the query's vector moved toward the mean
+  vector of its first hybrid results before a second hybrid search. ``pool`` (the hybrid candidates, 50) was on the
+  first grid (30 / 100: no help held out) and is left at 50 here.
+- ``rrf_k`` (``EvomemSettings.rrf_k`` = ``memory/search.py`` ``RRF_K`` = 10; tried 5): reciprocal rank fusion's
+  constant.
 
-Every combination is measured (2 labels x 4 weights x 3 replies x 3 pools x 2 constants = 144 configurations, each
-over the 760 questions); the query vectors do not depend on any setting and are computed once per store.
+- ``dates`` (``EvomemSettings.dates`` = on; new in issue 57): a question that names a calendar date adds a third
+  ranking, the nearest facts said within that span (``memory/dates.py``).
+
+The query-time settings (replies, feedback, rrf_k, dates) are passed to ``retrieve`` as an ``EvomemSettings``.
+
+Every combination is measured (2 labels x 4 weights x 3 replies x 4 feedbacks x 2 constants x 2 = 384
+configurations, each over the 760 questions); the query vectors do not depend on any setting and are computed once per
+store.
 
 Selection: a configuration is chosen by its mean recall over the questions of the chosen-on conversations (as the
 settings were chosen; ties by hit, then by the fewest departures from the shipped values), and separately by mean hit
@@ -47,15 +52,16 @@ shipped values): in-sample = chosen on all five and scored on all five; leave-on
 conversation, chosen on the other four and scored on it; the LOO estimate is the mean over all 760 questions, each
 scored by the fold that held its conversation out (the question-weighted mean of the five fold scores; the
 unweighted mean is also given). The whole configuration is chosen the same way in each fold, two ways: jointly (the
-best of all 144) and coordinate-wise (from the shipped configuration, each setting in turn set to its best value
+best of all 384) and coordinate-wise (from the shipped configuration, each setting in turn set to its best value
 given the others, until nothing changes). CIs: 95% percentile bootstrap over questions, resampled within each
 conversation, with the selection redone in every resample (so they include the choice's own variability); they
 ignore that one conversation's questions share a store (five conversations are too few to resample). Paired
 differences against the reference (each setting's value before issue 45, or the shipped one where it was not
 changed) use the same resamples.
 
-Package code is not modified: the settings are set from here (module constants and keyword defaults patched, the
-in-memory index overwritten), which is why this is a benchmark script and not ``eval retrieval --cv``.
+The query-time settings go through ``EvomemSettings``; the ingest-time ones are set from here (the label function
+patched for the second set of stores, the in-memory index overwritten for a context weight), which is why this is a
+benchmark script and not ``eval retrieval --cv``.
 """
 
 from __future__ import annotations
@@ -76,20 +82,18 @@ from typing import Any
 import numpy as np
 
 import memstate.memory.commit as commit_mod
-import memstate.memory.evomem as evomem_mod
-import memstate.memory.retrieve as retrieve_mod
-import memstate.memory.search as search_mod
 import memstate.memory.turn_extractor as turn_mod
 from memstate.evaluate.retrieval import FACT_FORMAT, _row, select_questions
 from memstate.memory.cli import store_name
 from memstate.memory.embed import normalize
+from memstate.memory.evomem import EvomemSettings
 from memstate.memory.extract import make_extractor
 from memstate.memory.ingest import locomo_sessions
 from memstate.memory.records import fact_num
 from memstate.memory.retrieve import retrieve
-from memstate.memory.search import SearchMixin
 from memstate.memory.store import MemoryStore
 from memstate.memory.tokens import token_counter
+from memstate.prompts import date_of, format_fact
 from memstate.sources.locomo import read_locomo
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -120,23 +124,30 @@ SETTINGS: dict[str, dict[str, Any]] = {
         "where": "memory/evomem.py REPLIES (evomem_search -> with_replies)",
         "tried": "3: +0.010 recall, +0.014 hit; 1: +0.010, +0.010 (memory/evomem.py)",
     },
-    "pool": {
-        "current": 50,
-        "values": [30, 50, 100],
-        "reference": 50,
-        "where": "memory/search.py HYBRID_POOL (hybrid's pool default) and memory/retrieve.py BUDGET_SEEDS",
-        "tried": "pools of 30 / 100: -0.002 to -0.005 (docs/memory.md, issue 45)",
+    "feedback": {
+        "current": "3x0.5",
+        "values": ["off", "1x0.25", "3x0.25", "3x0.5"],
+        "reference": "off",
+        "where": "memory/evomem.py EvomemSettings.feedback_facts x feedback_weight (pseudo-relevance feedback)",
+        "tried": "new in issue 57: the query vector moved toward the mean of its first hybrid results (Rocchio); "
+        "2x0.25 and 4x0.5 on a first run: 0.829 / 0.825 hit",
     },
     "rrf_k": {
         "current": 10,
         "values": [5, 10],
         "reference": 10,
-        "where": "memory/search.py RRF_K (rrf's k default)",
+        "where": "memory/evomem.py EvomemSettings.rrf_k (memory/search.py RRF_K)",
         "tried": "5: +0.008 to +0.013, not kept as one more constant fitted to these conversations (docs/memory.md)",
+    },
+    "dates": {
+        "current": True,
+        "values": [False, True],
+        "reference": False,
+        "where": "memory/evomem.py EvomemSettings.dates (memory/dates.py question_span)",
+        "tried": "new in issue 57: a question naming a calendar date adds a ranking of the facts said then",
     },
 }
 NAMES = list(SETTINGS)
-_RRF = search_mod.rrf
 _LABEL = turn_mod.label
 _EMBEDDING_TEXT = commit_mod.embedding_text
 
@@ -144,12 +155,10 @@ _EMBEDDING_TEXT = commit_mod.embedding_text
 # ---- the settings, set from here -------------------------------------------------------------------------------------
 
 
-def set_query_settings(replies: int, pool: int, rrf_k: int) -> None:
-    """The query-time settings, as module state (see the module docstring)."""
-    evomem_mod.REPLIES = replies
-    retrieve_mod.BUDGET_SEEDS = pool
-    SearchMixin.hybrid.__kwdefaults__ = {"pool": pool}
-    search_mod.rrf = functools.partial(_RRF, k=rrf_k)
+def query_settings(replies: int, feedback: str, rrf_k: int, dates: bool) -> EvomemSettings:
+    """The query-time settings as evomem's settings dataclass (passed to ``retrieve``)."""
+    facts, weight = (0, 0.0) if feedback == "off" else (int(feedback.split("x")[0]), float(feedback.split("x")[1]))
+    return EvomemSettings(replies=replies, feedback_facts=facts, feedback_weight=weight, rrf_k=rrf_k, dates=dates)
 
 
 def _time_label(turn: Any) -> str:
@@ -162,7 +171,7 @@ def embedding_text(text: str, time_: str | None, label: str) -> str:
     """``turn_extractor.embedding_text`` for stores of either label: the text without its date label."""
     if not time_:
         return text
-    shown = turn_mod.date_of(time_) if label == "day" else time_
+    shown = date_of(time_) if label == "day" else time_
     return text.replace(f" ({shown}): ", ": ", 1)
 
 
@@ -231,15 +240,20 @@ class Vectors:
 # ---- measuring -------------------------------------------------------------------------------------------------------
 
 
-def measure(store: MemoryStore, questions: list, vectors: list[np.ndarray], budget: int, tokens: Any) -> dict:
+def measure(store: MemoryStore, questions: list, vectors: list[np.ndarray], budget: int, tokens: Any,
+            settings: EvomemSettings) -> dict:  # fmt: skip
     """evomem@<budget>tok per question, as `memstate eval retrieval` scores it."""
     sources_of = {f.id: f.source for f in store.facts()}
-    out: dict[str, list[float]] = {"recall": [], "hit": [], "complete": [], "tokens": [], "n_facts": [], "ms": []}
+    out: dict[str, list[float]] = {
+        k: [] for k in ("recall", "hit", "complete", "tokens", "text_tokens", "n_facts", "ms")
+    }
     for q, vec in zip(questions, vectors, strict=True):
         start = time.perf_counter()
-        got = retrieve(store, q.text, backend="evomem", depth=DEPTH, budget_tokens=budget, query_vector=vec)
+        got = retrieve(store, q.text, backend="evomem", depth=DEPTH, budget_tokens=budget, query_vector=vec,
+                       settings=settings)  # fmt: skip
         ms = 1000 * (time.perf_counter() - start)
-        row = _row(q, [sources_of.get(i) for i in got.store_ids], [f.text for f in got.facts], ms, tokens)
+        texts, lines = [f.text for f in got.facts], [format_fact(f) for f in got.facts]
+        row = _row(q, [sources_of.get(i) for i in got.store_ids], texts, ms, tokens, lines)
         for key in out:
             out[key].append(float(row[key]))
     return out
@@ -451,10 +465,10 @@ def main() -> None:
         for weight in SETTINGS["context_weight"]["values"]:
             for c in convs:
                 vecs[c].use(weight)
-            for replies, pool, rrf_k in itertools.product(*(SETTINGS[n]["values"] for n in NAMES[2:])):
-                set_query_settings(replies, pool, rrf_k)
-                parts = [measure(stores[c], by_conv[c], qvecs[c], args.budget, tokens) for c in convs]
-                res[(label, weight, replies, pool, rrf_k)] = {
+            for replies, feedback, rrf_k, dates in itertools.product(*(SETTINGS[n]["values"] for n in NAMES[2:])):
+                settings = query_settings(replies, feedback, rrf_k, dates)
+                parts = [measure(stores[c], by_conv[c], qvecs[c], args.budget, tokens, settings) for c in convs]
+                res[(label, weight, replies, feedback, rrf_k, dates)] = {
                     k: np.concatenate([x[k] for x in parts]) for k in parts[0]
                 }
             print(f"label {label}, weight {weight}: {time.perf_counter() - start:.0f} s", flush=True)
@@ -462,7 +476,6 @@ def main() -> None:
         for c in convs:
             vecs[c].use(SETTINGS["context_weight"]["current"])
             stores[c].close()
-    set_query_settings(*(SETTINGS[n]["current"] for n in NAMES[2:]))
     timing["measure_s"] = round(t_eval, 1)
     timing["retrieve_calls"] = len(configs) * len(order)
 
@@ -488,6 +501,7 @@ def main() -> None:
             "recall": _r(rec[i].mean()),
             "hit": _r(hit[i].mean()),
             "tokens": round(float(res[c]["tokens"].mean()), 1),
+            "text_tokens": round(float(res[c]["text_tokens"].mean()), 1),
             "n_facts": round(float(res[c]["n_facts"].mean()), 2),
             "p50_ms": round(float(np.percentile(res[c]["ms"], 50)), 2),
             "per_conversation_recall": [_r(point.sums["recall"][i, f] / count[f]) for f in range(nv)],
@@ -541,7 +555,7 @@ def main() -> None:
         "shipped": shipped,
         "shipped_ci95": shipped_ci,
         "reproduces_eval_retrieval": {
-            "documented": {"recall": 0.765, "hit": 0.839},
+            "compare_with": "memstate eval retrieval's evomem@565tok row (benchmarks/results/retrieval_eval.json)",
             "measured": {"recall": shipped["recall"], "hit": shipped["hit"]},
         },  # fmt: skip
         "max_abs_diff_rebuilt_vs_stored": rebuild_diff,
@@ -583,8 +597,9 @@ def _write(results: dict, out: str) -> None:
 
 def print_table(results: dict) -> None:
     sh = results["shipped"]
-    print(f"\nshipped configuration {results['shipped_configuration']}: recall {sh['recall']:.3f} hit {sh['hit']:.3f} "
-          f"(documented 0.765 / 0.839), {sh['tokens']:.0f} tokens, {sh['n_facts']:.1f} facts")  # fmt: skip
+    print(f"\nshipped configuration {results['shipped_configuration']}: recall {sh['recall']:.3f} hit {sh['hit']:.3f}, "
+          f"{sh['tokens']:.0f} rendered tokens ({sh['text_tokens']:.0f} of fact text), "
+          f"{sh['n_facts']:.1f} facts")  # fmt: skip
     for crit, s in results["summary_by_criterion"].items():
         print(f"\n## chosen by {crit}\n")
         print("| setting | values (recall / hit on all five, others shipped) | in-sample choice: recall / hit | "
