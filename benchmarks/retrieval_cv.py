@@ -52,8 +52,9 @@ shipped values): in-sample = chosen on all five and scored on all five; leave-on
 conversation, chosen on the other four and scored on it; the LOO estimate is the mean over all 760 questions, each
 scored by the fold that held its conversation out (the question-weighted mean of the five fold scores; the
 unweighted mean is also given). The whole configuration is chosen the same way in each fold, two ways: jointly (the
-best of all 384) and coordinate-wise (from the shipped configuration, each setting in turn set to its best value
-given the others, until nothing changes). CIs: 95% percentile bootstrap over questions, resampled within each
+best of all 384) and coordinate-wise (from the reference configuration, each setting in turn set to its best value
+given the others, until nothing changes; not from the shipped one, whose values were chosen on the held-out
+conversation too). CIs: 95% percentile bootstrap over questions, resampled within each
 conversation, with the selection redone in every resample (so they include the choice's own variability); they
 ignore that one conversation's questions share a store (five conversations are too few to resample). Paired
 differences against the reference (each setting's value before issue 45, or the shipped one where it was not
@@ -297,7 +298,9 @@ class Table:
         return self.best(list(range(len(self.configs))), convs)
 
     def coordinate(self, convs: list[int], rounds: int = 10) -> int:
-        config = tuple(SETTINGS[n]["current"] for n in NAMES)
+        # From the values before these changes, never the shipped ones: those were chosen on every conversation, the
+        # held-out one too, and a search that starts there and stops early would keep that choice.
+        config = tuple(SETTINGS[n]["reference"] for n in NAMES)
         for _ in range(rounds):
             before = config
             for j, name in enumerate(NAMES):
@@ -542,7 +545,7 @@ def main() -> None:
             "the fewest departures from the shipped values",
             "per_setting": "one setting varied, the others at their shipped values",
             "config:joint": "the best of all configurations in each fold",
-            "config:coordinate": "from the shipped configuration, each setting in turn at its best value given the "
+            "config:coordinate": "from the reference configuration, each setting in turn at its best value given the "
             "others, until no change",
             "loo": "each question scored by the configuration chosen on the other four conversations; mean over all "
             "questions (= question-weighted mean of the fold scores)",

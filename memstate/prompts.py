@@ -15,7 +15,7 @@ from memstate.schema import Fact, Instance, Relation, option_letters
 logger = logging.getLogger("memstate.prompts")
 
 # v2: the responder sees the relational state too (the paper's A(q, F_q, R_q, Z_q)).
-# v3: a memory's attributes leave out the defaults (kind ``fact``, scope ``global``) and a time the text already shows.
+# v3: a memory's attributes leave out a time the text already shows, and are left out when only the defaults remain.
 PROMPT_VERSION = "ms-prompts-v3"
 # The policy prompt budget when neither a config nor a checkpoint names one (training, the serve API, evaluation).
 DEFAULT_MAX_PROMPT_TOKENS = 8192
@@ -65,23 +65,24 @@ def date_of(time: str) -> str:
 
 
 def format_fact(fact: Fact) -> str:
-    """``[F1] (kind, scope, time) text`` with only the attributes the text does not already give: kind ``fact`` and
-    scope ``global`` (the defaults) are left out, and so is a time whose date the text shows (a stored turn's
-    ``"Caroline (8 May, 2023): "`` label). Every token here is read by both models and counted against a retrieval
-    budget (``memory.retrieve``); on LoCoMo the full form cost ~15 tokens a fact. The role is never shown.
+    """``[F1] (kind, scope, time) text``, without what the text already gives: a time whose date the text shows (a
+    stored turn's ``"Caroline (8 May, 2023): "`` label) is left out, and so are the attributes altogether when
+    nothing but the defaults (kind ``fact``, scope ``global``) would be left. Every token here is read by both models
+    and counted against a retrieval budget (``memory.retrieve``); on LoCoMo the full form cost ~15 tokens a fact. The
+    role is never shown.
 
     >>> format_fact(Fact("F2", "I live in Oslo.", "fact", "global", turn=3, time="2024-05-01", role="outdated"))
-    '[F2] (2024-05-01) I live in Oslo.'
-    >>> format_fact(Fact("F3", "Ana (8 May, 2023): I ran.", "experience", "situation", time="1:56 pm on 8 May, 2023"))
-    '[F3] (experience, situation) Ana (8 May, 2023): I ran.'
+    '[F2] (fact, global, 2024-05-01) I live in Oslo.'
+    >>> format_fact(Fact("F3", "Ana (8 May, 2023): I ran.", "experience", "global", time="1:56 pm on 8 May, 2023"))
+    '[F3] (experience, global) Ana (8 May, 2023): I ran.'
     >>> format_fact(Fact("F4", "Ana (8 May, 2023): Hi!", "fact", "global", time="1:56 pm on 8 May, 2023"))
     '[F4] Ana (8 May, 2023): Hi!'
     """
-    kind = None if fact.kind == "fact" else fact.kind
-    scope = None if fact.scope == "global" else fact.scope
     time = None if not fact.time or date_of(fact.time) in fact.text else fact.time
-    attrs = ", ".join(a for a in (kind, scope, time) if a)
-    return f"[{fact.id}] ({attrs}) {fact.text}" if attrs else f"[{fact.id}] {fact.text}"
+    if fact.kind == "fact" and fact.scope == "global" and time is None:
+        return f"[{fact.id}] {fact.text}"
+    attrs = ", ".join(a for a in (fact.kind, fact.scope, time) if a)
+    return f"[{fact.id}] ({attrs}) {fact.text}"
 
 
 def format_relation(rel: Relation) -> str:

@@ -18,8 +18,8 @@ INSTANCE = Instance(
 )  # fmt: skip
 
 PINNED_USER = """Memories:
-[F1] (2023-01-02) I live in Bergen.
-[F2] (2024-05-01) I moved to Oslo.
+[F1] (fact, global, 2023-01-02) I live in Bergen.
+[F2] (fact, global, 2024-05-01) I moved to Oslo.
 
 Relations:
 F2 SUPERSEDES F1
