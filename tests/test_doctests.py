@@ -10,10 +10,13 @@ from __future__ import annotations
 import doctest
 import importlib
 import pkgutil
+import tomllib
+from pathlib import Path
 
 import pytest
 
-STAGES = ("data_build", "reward", "train", "serve", "evaluate", "memory")
+STAGES = ("data_build", "reward", "train", "serve", "evaluate", "memory", "experiment")
+PYPROJECT = Path(__file__).resolve().parents[1] / "pyproject.toml"
 
 
 def _modules() -> list[str]:
@@ -36,7 +39,15 @@ def test_every_stage_is_walked() -> None:
         "memstate.evaluate.memsyco.data",
         "memstate.memory.store",
         "memstate.sources.personamem",
+        "memstate.experiment.leak",
     } <= set(MODULES)
+
+
+def test_stages_are_the_installed_folders() -> None:
+    """Every stage folder pyproject.toml maps into the package is walked: a new stage cannot be left out unseen."""
+    with PYPROJECT.open("rb") as f:
+        package_dir = tomllib.load(f)["tool"]["setuptools"]["package-dir"]
+    assert set(STAGES) == {name.removeprefix("memstate.") for name in package_dir if name != "memstate"}
 
 
 @pytest.mark.parametrize("name", MODULES)
