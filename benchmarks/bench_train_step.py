@@ -72,7 +72,7 @@ def child(args: argparse.Namespace) -> None:
     from trl import GRPOConfig
 
     from memstate.train.packing import FLEX_BLOCK, pack_groups, packed_mask_bytes
-    from memstate.train.shared_prefix import SharedPrefixGRPOTrainer
+    from memstate.train.shared_prefix import SharedPrefixConfig, SharedPrefixGRPOTrainer
 
     prompt_len, completion_len, group = args.setting
     tokenizer = AutoTokenizer.from_pretrained(args.tokenizer)
@@ -95,8 +95,7 @@ def child(args: argparse.Namespace) -> None:
         ),  # fmt: skip
         train_dataset=Dataset.from_list([{"prompt": "x"}] * group),
         processing_class=tokenizer,
-        check="off",
-        attention="dense" if args.path == "stock" else args.path,
+        shared_prefix=SharedPrefixConfig(check="off", attention="dense" if args.path == "stock" else args.path),
     )
     if args.path == "stock":
         trainer.shared_prefix_reason = "benchmark: TRL's path"

@@ -125,3 +125,16 @@ def test_the_check_catches_a_forbidden_import(tmp_path: Path, layer: str, source
     path = tmp_path / "module.py"
     path.write_text(source + "\n")
     assert (violations([(layer, path)], root=tmp_path) == []) is allowed
+
+
+def test_the_shared_prefix_trainer_imports_nothing_else_of_memstate() -> None:
+    """``SharedPrefixGRPOTrainer`` is a component a plain TRL user takes as is (docs/shared_prefix.md): importing it
+    loads its own two modules and the core's errors, no stage (reward, responders, memory, ...). Checked in a fresh
+    interpreter, imports of imports included."""
+    import subprocess
+    import sys
+
+    code = "import sys, memstate.train.shared_prefix; print(*sorted(m for m in sys.modules if m[:8] == 'memstate'))"
+    loaded = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
+    assert loaded == ["memstate", "memstate.errors", "memstate.train", "memstate.train.packing",
+                      "memstate.train.shared_prefix"]  # fmt: skip

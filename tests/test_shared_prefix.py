@@ -16,7 +16,13 @@ from trl import GRPOConfig
 
 from memstate.train import packing, shared_prefix
 from memstate.train.packing import pack_groups
-from memstate.train.shared_prefix import SharedPrefixGRPOTrainer, unsupported_model_reason
+from memstate.train.shared_prefix import (
+    SUPPORTED_TRL,
+    SharedPrefixConfig,
+    SharedPrefixGRPOTrainer,
+    UnsupportedTRL,
+    unsupported_model_reason,
+)
 
 PROMPT_LENGTHS = (4, 13, 9)  # three groups of different prompt lengths, so the shorter prompts are left-padded
 GROUP_OF_ROW = (0, 1, 0, 2, 1, 0, 2, 1, 0)  # rows of a group interleaved, as after TRL's shuffle; sizes 4, 3, 2
@@ -42,7 +48,7 @@ def make_trainer(tiny_models, tmp_path, *, lora: bool, check: str = "logps") -> 
         train_dataset=Dataset.from_list([{"prompt": [{"role": "user", "content": "hi"}]}] * 8),
         processing_class=tokenizer,
         peft_config=peft if lora else None,
-        check=check,
+        shared_prefix=SharedPrefixConfig(check=check),
     )
     if lora:  # a fresh adapter is a no-op (B = 0): give it weight so the adapted path is really exercised
         with torch.no_grad():
@@ -380,4 +386,107 @@ def test_a_run_that_must_not_fall_back_stops_with_the_fix(fresh, monkeypatch):
         fresh._get_per_token_logps_and_entropies(fresh.model, input_ids, attention_mask, keep)
     message = str(raised.value)
     assert "first-use check failed: log-probs differ" in message
-    assert "shared_prefix_training: false with a per_device_train_batch_size that fits" in message
+    assert "shared_prefix_training: false) and a per_device_train_batch_size that fits" in message
+
+
+# ---- as a TRL user takes it: plain GRPOTrainer arguments, the TRL-version guard, what it refuses at construction ----
+
+
+def plain_trl_trainer(policy, tmp_path, dataset: Dataset, reward_funcs, shared_prefix=None, **config):
+    """A SharedPrefixGRPOTrainer built exactly as TRL's docs build a GRPOTrainer (a model path, reward functions, a
+    GRPOConfig, a prompt dataset): no memstate schema, prompts or rewards."""
+    args = GRPOConfig(
+        output_dir=str(tmp_path / "out"), use_cpu=True, per_device_train_batch_size=4, num_generations=4,
+        max_completion_length=8, max_steps=2, logging_steps=1, report_to="none", seed=0, **config,
+    )  # fmt: skip
+    return SharedPrefixGRPOTrainer(
+        model=str(policy), reward_funcs=reward_funcs, args=args, train_dataset=dataset, shared_prefix=shared_prefix
+    )
+
+
+def test_a_plain_trl_run_trains_on_the_shared_prefix_path(tiny_models, tmp_path, caplog):
+    calls = []
+
+    def reward_short_completions(completions: list[str], **kwargs) -> list[float]:
+        calls.append(len(completions))
+        return [-float(len(c)) for c in completions]
+
+    dataset = Dataset.from_list([{"prompt": f"Tell me about the number {n}, in words, briefly:"} for n in range(8)])
+    trainer = plain_trl_trainer(tiny_models["policy"], tmp_path, dataset, [reward_short_completions])
+    with caplog.at_level(logging.INFO, "memstate.train"):
+        trainer.train()
+    assert trainer.shared_prefix_active, trainer.shared_prefix_reason
+    assert "shared-prefix check: log-probs mean |Δ|" in caplog.text  # the first-use check ran on the live batch
+    assert calls and all(n == 4 for n in calls)  # TRL called the test's reward on whole batches
+    ratios = [e["shared_prefix/token_ratio"] for e in trainer.state.log_history if "shared_prefix/token_ratio" in e]
+    assert len(ratios) == 2 and min(ratios) > 1  # each step scored its group with the prompt encoded once
+
+
+def test_a_trl_whose_methods_moved_is_refused_in_one_line(tiny_models, tmp_path, monkeypatch):
+    import trl
+
+    dataset = Dataset.from_list([{"prompt": "hi"}] * 4)
+
+    def refusal() -> str:
+        with pytest.raises(UnsupportedTRL) as raised:
+            plain_trl_trainer(tiny_models["policy"], tmp_path, dataset, [zero_reward])
+        message = str(raised.value)
+        assert "\n" not in message and f"trl {trl.__version__}" in message and SUPPORTED_TRL in message
+        return message
+
+    with monkeypatch.context() as m:  # TRL drops its override: transformers' Trainer._prepare_inputs(inputs) remains
+        m.delattr(trl.GRPOTrainer, "_prepare_inputs")
+        assert "GRPOTrainer._prepare_inputs takes (self, inputs), not (self, generation_batch" in refusal()
+    with monkeypatch.context() as m:
+        m.delattr(trl.GRPOTrainer, "_get_per_token_logps_and_entropies")
+        assert "GRPOTrainer has no _get_per_token_logps_and_entropies" in refusal()
+    with monkeypatch.context() as m:  # TRL 1.14's shape: the tensors behind *args
+        m.setattr(trl.GRPOTrainer, "_get_per_token_logps_and_entropies", lambda self, model, *args, **kwargs: None)
+        assert "takes (self, model, *args, **kwargs)" in refusal()
+    with monkeypatch.context() as m:
+        m.delattr(trl.trainer.utils, "add_fused_lm_head")
+        assert "trl.trainer.utils has no add_fused_lm_head" in refusal()
+
+
+def test_the_installed_trl_is_supported_or_refused(tiny_models, tmp_path):
+    """CI also runs this against a real older TRL (.ci/run): there construction must refuse, in one line."""
+    import trl
+    from packaging.specifiers import SpecifierSet
+
+    dataset = Dataset.from_list([{"prompt": "hi"}] * 4)
+    if trl.__version__ in SpecifierSet(SUPPORTED_TRL):
+        assert plain_trl_trainer(tiny_models["policy"], tmp_path, dataset, [zero_reward]).shared_prefix_active
+    else:
+        with pytest.raises(UnsupportedTRL, match=f"cannot run on trl {trl.__version__} "):
+            plain_trl_trainer(tiny_models["policy"], tmp_path, dataset, [zero_reward])
+
+
+def test_the_project_pins_the_trl_range_the_trainer_supports():
+    pyproject = (ROOT / "pyproject.toml").read_text()
+    assert f'"trl{SUPPORTED_TRL}",' in pyproject
+
+
+@pytest.mark.parametrize(
+    ("config", "rows", "reason"),
+    [
+        ({"use_liger_kernel": True}, [{"prompt": "hi"}], "use_liger_kernel: Liger's kernels"),
+        ({}, [{"prompt": "hi", "image": None}], "the dataset's 'image' column"),
+    ],
+    ids=["liger", "image-column"],
+)
+def test_features_it_does_not_handle_are_decided_at_construction(tiny_models, tmp_path, caplog, config, rows, reason):
+    dataset = Dataset.from_list(rows * 4)
+    with caplog.at_level(logging.ERROR, "memstate.train"):
+        trainer = plain_trl_trainer(tiny_models["policy"], tmp_path, dataset, [zero_reward], **config)
+    assert not trainer.shared_prefix_active and trainer.shared_prefix_reason.startswith(reason)
+    assert len([r for r in caplog.records if "shared-prefix training off" in r.getMessage()]) == 1
+    with pytest.raises(shared_prefix.SharedPrefixUnavailable, match=f"cannot run: {reason}"):
+        plain_trl_trainer(tiny_models["policy"], tmp_path, dataset, [zero_reward],
+                          shared_prefix=SharedPrefixConfig(on_failure="fail"), **config)  # fmt: skip
+
+
+def test_settings_out_of_range_are_refused():
+    with pytest.raises(ValueError, match="SharedPrefixConfig.attention must be one of"):
+        SharedPrefixConfig(attention="flash")
+    with pytest.raises(ValueError, match="check_tolerance must be positive"):
+        SharedPrefixConfig(check_tolerance=0)

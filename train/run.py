@@ -46,7 +46,7 @@ from memstate.train.config import MemstateTrainArguments, load_train_instances
 from memstate.train.curves import plot_training_curves
 from memstate.train.data import grpo_dataset
 from memstate.train.resume import check_resume_shape, launch_zero_stage, resume_checkpoint
-from memstate.train.shared_prefix import SharedPrefixGRPOTrainer
+from memstate.train.shared_prefix import SharedPrefixConfig, SharedPrefixGRPOTrainer
 from memstate.train.stop import StopFileCallback, TrainingStopped, write_stopped
 from memstate.train.validation import ValidateAtEnd, attach_validation, validation_instances
 from memstate.train.warmup import format_warmup
@@ -399,13 +399,13 @@ def train(
             peft_config=lora_config(script_args),
         )
         if script_args.shared_prefix_training:
-            trainer = SharedPrefixGRPOTrainer(
-                **trainer_kwargs,
+            settings = SharedPrefixConfig(
+                attention=script_args.shared_prefix_attention,
                 check=script_args.shared_prefix_check,
                 check_tolerance=script_args.shared_prefix_check_tolerance,
                 on_failure=script_args.shared_prefix_on_failure,
-                attention=script_args.shared_prefix_attention,
             )
+            trainer = SharedPrefixGRPOTrainer(**trainer_kwargs, shared_prefix=settings)
         else:
             trainer = GRPOTrainer(**trainer_kwargs)
         if os.environ.get("WANDB_MODE") == "offline":

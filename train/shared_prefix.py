@@ -15,20 +15,26 @@ scores the packed rows with pre-shifted labels (``shift_labels``), so temperatur
 TRL's own. The forward outputs, and so the gradients, equal the stock path's up to floating-point reordering.
 
 ``SharedPrefixGRPOTrainer`` plugs this in at ``_get_per_token_logps_and_entropies`` (training, old-policy and
-reference log-probs alike) and keeps each group's completions in the same micro-batch. On first use it compares
-the packed path with TRL's on the live batch and falls back to TRL's path, with the reason logged, on any
-mismatch or on inputs it does not handle (multimodal inputs, token-type ids, MoE aux loss, sliding-window
-layers, attention kernels that take no 4-D mask).
+reference log-probs alike) and keeps each group's completions in the same micro-batch. It is built like TRL's
+``GRPOTrainer`` (same arguments, any reward functions, any prompt dataset) plus an optional ``SharedPrefixConfig``;
+docs/shared_prefix.md is its user guide. Before anything loads it checks that the TRL methods it overrides have the
+signatures it was written for (``SUPPORTED_TRL``), and refuses in one line when they do not. What it cannot pack is
+decided at construction where the arguments show it (Liger kernels, padding-free or sequence-parallel batches, image
+datasets, sliding-window layers, attention kernels that take no 4-D mask): TRL's path for the whole run, logged, or
+a one-line refusal (``on_failure="fail"``). On first use it compares the packed path with TRL's on the live batch
+and falls back the same way on any mismatch, or on inputs only a call shows (token-type ids, MoE aux loss).
 """
 
 from __future__ import annotations
 
+import inspect
 import logging
-from typing import Literal
+from dataclasses import dataclass, field
+from typing import Literal, get_args
 
 import torch
+import trl
 from trl import GRPOTrainer
-from trl.trainer.utils import split_tensor_dict
 
 from memstate.errors import MemstateError
 from memstate.train.packing import FLEX_BLOCK, Unsupported, install_packed_attention, pack_groups, prompt_groups
@@ -48,6 +54,66 @@ CheckMode = Literal["off", "logps", "gradients"]
 # eager; a FlexAttention BlockMask that lets the kernel skip the empty blocks; or split, the prompt and the
 # completions in separate SDPA calls with no row mask. "auto": flex on CUDA where torch has it, split elsewhere.
 Attention = Literal["auto", "dense", "flex", "split"]
+OnFailure = Literal["fallback", "fail"]
+# The TRL releases whose GRPOTrainer this was written against and tested with; pyproject.toml pins the same range.
+# 1.15 has the same overridden methods, but its fused LM head (which scores the packed rows and TRL's own) has no CPU
+# kernel, so it cannot be tested here; 1.14 moved _get_per_token_logps_and_entropies's parameters behind *args.
+SUPPORTED_TRL = ">=1.16,<1.17"
+# The GRPOTrainer methods this class overrides, with the leading parameters it calls them with (the rest, TRL's
+# multimodal inputs, must be optional: they are passed through by name).
+OVERRIDDEN = {
+    "_prepare_inputs": ("self", "generation_batch"),
+    "_get_per_token_logps_and_entropies": (
+        "self", "model", "input_ids", "attention_mask", "logits_to_keep", "batch_size", "compute_entropy",
+        "compute_aux_loss",
+    ),
+}  # fmt: skip
+# GRPOTrainer state the overrides read or replace, present after its __init__.
+TRL_ATTRIBUTES = ("_buffered_inputs", "_step", "_metrics", "_tokenizer")
+
+
+@dataclass
+class SharedPrefixConfig:
+    """Settings of the shared-prefix path. The defaults are right on CUDA and on CPU."""
+
+    attention: Attention = field(
+        default="auto",
+        metadata={
+            "help": "How the packed rows get their attention pattern: 'dense', an (L x L) boolean mask for the "
+            "model's sdpa / eager kernel; 'flex', a FlexAttention block mask that skips the empty blocks; 'split', "
+            "the prompt and the group's completions in separate SDPA calls, no row mask; 'auto', flex on CUDA where "
+            "torch has it, split elsewhere (torch has no FlexAttention backward on CPU)."
+        },
+    )
+    check: CheckMode = field(
+        default="logps",
+        metadata={
+            "help": "First-use check against TRL's path on the live batch: per-token log-probs ('logps'), also "
+            "parameter gradients ('gradients'; not under ZeRO-3), or none ('off')."
+        },
+    )
+    check_tolerance: float | None = field(
+        default=None,
+        metadata={
+            "help": "Largest mean |log-prob difference| the check accepts (default by compute dtype: 1e-4 fp32, "
+            "1e-1 bf16, 1e-2 fp16; CHECK_TOLERANCE)."
+        },
+    )
+    on_failure: OnFailure = field(
+        default="fallback",
+        metadata={
+            "help": "When the path cannot run (an unsupported model or feature, a failed check): 'fallback' continues "
+            "on TRL's path, logged as an error; 'fail' raises SharedPrefixUnavailable with the fix."
+        },
+    )
+
+    def __post_init__(self) -> None:
+        for name, kind in (("attention", Attention), ("check", CheckMode), ("on_failure", OnFailure)):
+            value = getattr(self, name)
+            if value not in get_args(kind):
+                raise ValueError(f"SharedPrefixConfig.{name} must be one of {get_args(kind)}, got {value!r}")
+        if self.check_tolerance is not None and not self.check_tolerance > 0:
+            raise ValueError(f"SharedPrefixConfig.check_tolerance must be positive, got {self.check_tolerance}")
 
 
 def group_contiguous(batches: list[dict]) -> list[dict]:
@@ -60,6 +126,8 @@ def group_contiguous(batches: list[dict]) -> list[dict]:
     >>> [b["x"] for b in group_contiguous(batches)]
     [[0, 2], [1, 3]]
     """
+    from trl.trainer.utils import split_tensor_dict  # checked by check_trl_api
+
     merged = {}
     for key, first in batches[0].items():
         if isinstance(first, torch.Tensor) and first.ndim > 0:
@@ -84,38 +152,38 @@ def group_contiguous(batches: list[dict]) -> list[dict]:
 class SharedPrefixGRPOTrainer(GRPOTrainer):
     """TRL's GRPOTrainer with the shared-prefix log-prob path (see the module docstring); everything else is TRL's.
 
-    ``check``: ``"logps"`` compares the packed path's per-token log-probs with TRL's on the first chunk it sees
+    Built with GRPOTrainer's own arguments, plus ``shared_prefix``, a ``SharedPrefixConfig`` (defaults when omitted).
+    Its ``check``: ``"logps"`` compares the packed path's per-token log-probs with TRL's on the first chunk it sees
     (mean |Δ| over completion tokens ≤ ``check_tolerance``, by default ``CHECK_TOLERANCE`` of the compute dtype);
     ``"gradients"`` also compares the parameter gradients of a random linear function of those log-probs on the
-    first chunk with gradients enabled (not under DeepSpeed, whose partitioned parameters have no plain ``.grad``);
+    first chunk with gradients enabled (not under ZeRO-3, whose partitioned parameters have no plain ``.grad``);
     ``"off"`` trusts the packing. A failed check of the flex or split path (a mismatch, or a kernel failing to
     compile or run) switches every rank to the dense mask and checks again; a failed dense check switches every rank
-    to TRL's path for the rest of the run.
+    to TRL's path for the rest of the run (or raises, with ``on_failure="fail"``).
     """
 
-    def __init__(
-        self,
-        *args,
-        check: CheckMode = "logps",
-        check_tolerance: float | None = None,
-        on_failure: Literal["fallback", "fail"] = "fallback",
-        attention: Attention = "auto",
-        **kwargs,
-    ):
+    def __init__(self, *args, shared_prefix: SharedPrefixConfig | None = None, **kwargs):
+        check_trl_api()  # before anything loads: a TRL this was not written for is refused, never silently used
+        settings = shared_prefix or SharedPrefixConfig()
         super().__init__(*args, **kwargs)
+        missing = [name for name in TRL_ATTRIBUTES if not hasattr(self, name)]
+        if missing:
+            raise UnsupportedTRL(unsupported_trl_message(f"GRPOTrainer instances have no {', '.join(missing)}"))
         self.shared_prefix_mask: str | None = None
-        self.shared_prefix_tolerance = check_tolerance
-        self.shared_prefix_on_failure = on_failure
+        self.shared_prefix_tolerance = settings.check_tolerance
+        self.shared_prefix_on_failure = settings.on_failure
         self.shared_prefix_reason = None
-        self._check = check
-        self._logps_checked = check == "off"
-        self._gradients_checked = check != "gradients"
-        self.shared_prefix_attention = resolve_attention(attention, self.accelerator.device)
+        self._check = settings.check
+        self._logps_checked = settings.check == "off"
+        self._gradients_checked = settings.check != "gradients"
+        self.shared_prefix_attention = resolve_attention(settings.attention, self.accelerator.device)
         bare = self.accelerator.unwrap_model(self.model)
         reason = unsupported_model_reason(bare, self.shared_prefix_attention)
         if reason and self.shared_prefix_attention != "dense" and not unsupported_model_reason(bare, "dense"):
             self.to_dense(reason)
-        reason = unsupported_model_reason(bare, self.shared_prefix_attention)
+        reason = unsupported_feature_reason(self.args, self.train_dataset) or unsupported_model_reason(
+            bare, self.shared_prefix_attention
+        )
         if reason:
             self.disable_shared_prefix(reason)
         logger.info("shared-prefix training: %s", self.shared_prefix_attention if self.shared_prefix_active else "off")
@@ -131,9 +199,9 @@ class SharedPrefixGRPOTrainer(GRPOTrainer):
         if self.shared_prefix_on_failure == "fail":
             raise SharedPrefixUnavailable(
                 f"shared-prefix training cannot run: {reason}. TRL's per-completion path needs about "
-                f"{self.args.num_generations}x the prompt activations per micro-batch: fix the cause, or set "
-                "shared_prefix_training: false with a per_device_train_batch_size that fits "
-                "(shared_prefix_on_failure: fallback continues on TRL's path instead)"
+                f"{self.args.num_generations}x the prompt activations per micro-batch: fix the cause, or train with "
+                "GRPOTrainer (memstate: shared_prefix_training: false) and a per_device_train_batch_size that fits "
+                "(on_failure 'fallback' continues on TRL's path instead)"
             )
         logger.error(
             "shared-prefix training off for the rest of the run: %s; TRL's per-completion path now encodes each prompt "
@@ -311,6 +379,94 @@ class SharedPrefixUnavailable(MemstateError, RuntimeError):
     """The shared-prefix path cannot run and the run was told not to fall back (``shared_prefix_on_failure: fail``)."""
 
     hint = "see shared_prefix_training and shared_prefix_on_failure in `memstate train --help`"
+
+
+class UnsupportedTRL(MemstateError, RuntimeError):
+    """The installed TRL's GRPOTrainer is not the one this trainer overrides (its private methods moved)."""
+
+    hint = f"install trl{SUPPORTED_TRL} (pyproject.toml's pin), or train with GRPOTrainer"
+
+
+def unsupported_trl_message(problem: str) -> str:
+    return (
+        f"SharedPrefixGRPOTrainer cannot run on trl {trl.__version__} (written for trl{SUPPORTED_TRL}): {problem}; "
+        f"install trl{SUPPORTED_TRL} or train with GRPOTrainer"
+    )
+
+
+def check_trl_api(trainer_class: type = GRPOTrainer) -> None:
+    """Refuse, in one line, a TRL whose GRPOTrainer lacks what the overrides rely on: each overridden method with the
+    leading parameters it is called with (the others optional), the TRL helpers used. A TRL outside ``SUPPORTED_TRL``
+    that passes is logged as untested (the first-use check then compares the paths on the live batch).
+
+    >>> check_trl_api()
+    >>> class Moved:
+    ...     def _prepare_inputs(self, batch): ...
+    >>> try:
+    ...     check_trl_api(Moved)
+    ... except UnsupportedTRL as e:
+    ...     print(str(e).split(": ", 1)[1].split(";")[0])
+    GRPOTrainer._prepare_inputs takes (self, batch), not (self, generation_batch, ...)
+    """
+    from packaging.specifiers import SpecifierSet
+    from trl.trainer import utils
+
+    for name, expected in OVERRIDDEN.items():
+        method = getattr(trainer_class, name, None)
+        if method is None:
+            raise UnsupportedTRL(unsupported_trl_message(f"GRPOTrainer has no {name}"))
+        params = list(inspect.signature(method).parameters.values())
+        leading = [p for p in params[: len(expected)] if p.kind is p.POSITIONAL_OR_KEYWORD]
+        rest_optional = all(p.default is not p.empty or p.kind is p.VAR_KEYWORD for p in params[len(expected) :])
+        if tuple(p.name for p in leading) != expected or not rest_optional:
+            found = ", ".join(str(p.replace(annotation=p.empty)) for p in params)
+            raise UnsupportedTRL(unsupported_trl_message(
+                f"GRPOTrainer.{name} takes ({found}), not ({', '.join(expected)}, ...)"
+            ))  # fmt: skip
+    missing = [name for name in ("split_tensor_dict", "add_fused_lm_head") if not hasattr(utils, name)]
+    if missing:
+        raise UnsupportedTRL(unsupported_trl_message(f"trl.trainer.utils has no {', '.join(missing)}"))
+    if trl.__version__ not in SpecifierSet(SUPPORTED_TRL, prereleases=True):
+        logger.warning("SharedPrefixGRPOTrainer: trl %s is outside the tested range %s; its overridden methods have "
+                       "the expected signatures, and the first-use check compares the paths", trl.__version__,
+                       SUPPORTED_TRL)  # fmt: skip
+
+
+def unsupported_feature_reason(args, train_dataset) -> str | None:
+    """Why the packed path cannot serve these GRPOConfig settings or this dataset (None when it can): decided at
+    construction, so a run does not change paths mid-way.
+
+    >>> from types import SimpleNamespace as NS
+    >>> unsupported_feature_reason(NS(use_liger_kernel=False), None) is None
+    True
+    >>> unsupported_feature_reason(NS(use_liger_kernel=True), None)
+    "use_liger_kernel: Liger's kernels replace the model's layers and are not checked against packed rows"
+    >>> unsupported_feature_reason(NS(), NS(column_names=["prompt", "image"]))
+    "the dataset's 'image' column: multimodal prompts are not packed"
+    >>> image_part = {"role": "user", "content": [{"type": "image"}, {"type": "text", "text": "What is this?"}]}
+    >>> unsupported_feature_reason(NS(), [{"prompt": [image_part]}])
+    "the dataset's first prompt has an image part: multimodal prompts are not packed"
+    """
+    if getattr(args, "use_liger_kernel", False):
+        return "use_liger_kernel: Liger's kernels replace the model's layers and are not checked against packed rows"
+    if getattr(args, "padding_free", False):
+        return "padding_free: the packed path lays out its own rows (one per prompt) and needs TRL's padded batch"
+    parallelism = getattr(args, "parallelism_config", None)
+    if getattr(parallelism, "cp_enabled", False) or getattr(parallelism, "sp_enabled", False):
+        return "sequence parallelism (parallelism_config cp_size or sp_size > 1) would split a packed row across ranks"
+    columns = getattr(train_dataset, "column_names", None) or []
+    for column in ("image", "images"):
+        if column in columns:
+            return f"the dataset's {column!r} column: multimodal prompts are not packed"
+    try:  # images may also be parts of a conversational prompt's messages (TRL extracts them)
+        first = train_dataset[0]["prompt"]
+    except (TypeError, KeyError, IndexError):  # no dataset, an iterable one, or another layout: TRL's to judge
+        return None
+    messages = [m for m in first if isinstance(m, dict)] if isinstance(first, list) else []
+    parts = [part for m in messages if isinstance(m.get("content"), list) for part in m["content"]]
+    if any(isinstance(part, dict) and part.get("type") == "image" for part in parts):
+        return "the dataset's first prompt has an image part: multimodal prompts are not packed"
+    return None
 
 
 def attention_implementation(model) -> str:

@@ -256,7 +256,7 @@ def train_steps(name: str, argv: list[str], rollout, responder, instances, held_
     from memstate.train.config import parse_train_args
     from memstate.train.data import grpo_dataset
     from memstate.train.launch import fit_to_world
-    from memstate.train.shared_prefix import SharedPrefixGRPOTrainer
+    from memstate.train.shared_prefix import SharedPrefixConfig, SharedPrefixGRPOTrainer
 
     script_args, responder_config, grpo_config = parse_train_args(argv)
     # In process, in memory: the responder next to the policy, and no baseline file (every call is made).
@@ -281,9 +281,10 @@ def train_steps(name: str, argv: list[str], rollout, responder, instances, held_
     result: dict = {"prompts_cut_to_budget": truncated}
     try:
         if script_args.shared_prefix_training:
-            trainer = SharedPrefixGRPOTrainer(**kwargs, check=script_args.shared_prefix_check,
-                                              on_failure=script_args.shared_prefix_on_failure,
-                                              attention=script_args.shared_prefix_attention)  # fmt: skip
+            settings = SharedPrefixConfig(attention=script_args.shared_prefix_attention,
+                                          check=script_args.shared_prefix_check,
+                                          on_failure=script_args.shared_prefix_on_failure)  # fmt: skip
+            trainer = SharedPrefixGRPOTrainer(**kwargs, shared_prefix=settings)
         else:
             trainer = GRPOTrainer(**kwargs)
         start = time.perf_counter()
