@@ -6,7 +6,7 @@ VENV ?= .venv
 TORCH_SPEC ?= torch==2.13.0
 BIN := $(VENV)/bin
 
-.PHONY: setup demo test lint vllm-venv deepspeed
+.PHONY: setup demo test lint vllm-venv deepspeed trl-drift
 
 $(BIN)/memstate: pyproject.toml
 	@echo "setup: creating $(VENV) (3-5 minutes the first time)"
@@ -78,3 +78,17 @@ $(DEEPSPEED_STAMP): $(BIN)/memstate
 	echo "$(DEEPSPEED_SPEC)" > $@
 
 deepspeed: $(DEEPSPEED_STAMP)
+
+# The shared-prefix trainer (train/shared_prefix.py) overrides two private GRPOTrainer methods and supports the TRL
+# releases in its SUPPORTED_TRL (1.16 only: 1.15 has the same methods, but its fused LM head has no CPU kernel, so it
+# cannot be tested here). The default suite runs it on 1.16; this runs its version test against a real older TRL,
+# overlaid on the main venv without its dependencies (the main venv's satisfy it): construction must refuse, in one
+# line naming the version and the range, instead of running on methods that moved.
+TRL_DRIFT_VERSION ?= 1.14.2
+TRL_DRIFT_DIR := .trl-drift
+
+trl-drift: setup
+	rm -rf $(TRL_DRIFT_DIR)
+	$(BIN)/pip install --quiet --no-deps --target $(TRL_DRIFT_DIR) "trl==$(TRL_DRIFT_VERSION)"
+	PYTHONPATH=$(TRL_DRIFT_DIR) $(BIN)/python -c "import trl; assert trl.__version__ == '$(TRL_DRIFT_VERSION)', trl.__version__"
+	PYTHONPATH=$(TRL_DRIFT_DIR) $(BIN)/python -m pytest tests/test_shared_prefix.py -k installed_trl

@@ -20,6 +20,7 @@ DOCS = (
     "data",
     "data_fetch",
     "training",
+    "shared_prefix",
     "reward",
     "evaluation",
     "memory",

@@ -466,22 +466,37 @@ def test_the_project_pins_the_trl_range_the_trainer_supports():
     assert f'"trl{SUPPORTED_TRL}",' in pyproject
 
 
+def moe_like(policy: Path, tmp_path: Path) -> Path:
+    """The tiny policy with a config that, as a Mixture-of-Experts model's does, returns router logits and weights
+    their load-balancing loss (TRL then adds that loss, whose value depends on the token layout)."""
+    import shutil
+
+    path = tmp_path / "moe-like"
+    shutil.copytree(policy, path)
+    config = json.loads((path / "config.json").read_text())
+    (path / "config.json").write_text(json.dumps(config | {"output_router_logits": True, "router_aux_loss_coef": 0.01}))
+    return path
+
+
 @pytest.mark.parametrize(
-    ("config", "rows", "reason"),
+    ("config", "rows", "moe", "reason"),
     [
-        ({"use_liger_kernel": True}, [{"prompt": "hi"}], "use_liger_kernel: Liger's kernels"),
-        ({}, [{"prompt": "hi", "image": None}], "the dataset's 'image' column"),
+        ({"use_liger_kernel": True}, [{"prompt": "hi"}], False, "use_liger_kernel: Liger's kernels"),
+        ({}, [{"prompt": "hi", "image": None}], False, "the dataset's 'image' column"),
+        ({}, [{"prompt": "hi"}], True, "the MoE load-balancing loss"),
     ],
-    ids=["liger", "image-column"],
+    ids=["liger", "image-column", "moe-aux-loss"],
 )
-def test_features_it_does_not_handle_are_decided_at_construction(tiny_models, tmp_path, caplog, config, rows, reason):
+def test_features_it_does_not_handle_are_decided_at_construction(tiny_models, tmp_path, caplog, config, rows, moe,
+                                                                 reason):  # fmt: skip
     dataset = Dataset.from_list(rows * 4)
+    policy = moe_like(tiny_models["policy"], tmp_path) if moe else tiny_models["policy"]
     with caplog.at_level(logging.ERROR, "memstate.train"):
-        trainer = plain_trl_trainer(tiny_models["policy"], tmp_path, dataset, [zero_reward], **config)
+        trainer = plain_trl_trainer(policy, tmp_path, dataset, [zero_reward], **config)
     assert not trainer.shared_prefix_active and trainer.shared_prefix_reason.startswith(reason)
     assert len([r for r in caplog.records if "shared-prefix training off" in r.getMessage()]) == 1
     with pytest.raises(shared_prefix.SharedPrefixUnavailable, match=f"cannot run: {reason}"):
-        plain_trl_trainer(tiny_models["policy"], tmp_path, dataset, [zero_reward],
+        plain_trl_trainer(policy, tmp_path, dataset, [zero_reward],
                           shared_prefix=SharedPrefixConfig(on_failure="fail"), **config)  # fmt: skip
 
 

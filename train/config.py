@@ -183,8 +183,9 @@ class MemstateTrainArguments:
             "help": "Encode each group's prompt once in the policy's training forward/backward, the old-policy and "
             "the reference log-probs, its completions attending to it through a 4-D mask (train/shared_prefix.py): "
             "P + G*R tokens a group instead of G*(P + R), same log-probs and gradients. Micro-batches then hold "
-            "whole groups. Falls back to TRL's path, logged, for sliding-window models, multimodal inputs, MoE aux "
-            "loss, and, with the dense mask, attention kernels that take no 4-D mask (flash_attention_*)."
+            "whole groups. Falls back to TRL's path, logged, for sliding-window models, multimodal inputs, the MoE "
+            "load-balancing loss, Liger kernels, and, with the dense mask, attention kernels that take no 4-D mask "
+            "(flash_attention_*); docs/shared_prefix.md."
         },
     )
     shared_prefix_attention: Literal["auto", "dense", "flex", "split"] = field(

@@ -20,9 +20,10 @@ reference log-probs alike) and keeps each group's completions in the same micro-
 docs/shared_prefix.md is its user guide. Before anything loads it checks that the TRL methods it overrides have the
 signatures it was written for (``SUPPORTED_TRL``), and refuses in one line when they do not. What it cannot pack is
 decided at construction where the arguments show it (Liger kernels, padding-free or sequence-parallel batches, image
-datasets, sliding-window layers, attention kernels that take no 4-D mask): TRL's path for the whole run, logged, or
-a one-line refusal (``on_failure="fail"``). On first use it compares the packed path with TRL's on the live batch
-and falls back the same way on any mismatch, or on inputs only a call shows (token-type ids, MoE aux loss).
+datasets, the MoE load-balancing loss, sliding-window layers, attention kernels that take no 4-D mask): TRL's path
+for the whole run, logged, or a one-line refusal (``on_failure="fail"``). On first use it compares the packed path
+with TRL's on the live batch and falls back the same way on any mismatch, or on inputs only a call shows (token-type
+ids, images in a later prompt).
 """
 
 from __future__ import annotations
@@ -181,8 +182,10 @@ class SharedPrefixGRPOTrainer(GRPOTrainer):
         reason = unsupported_model_reason(bare, self.shared_prefix_attention)
         if reason and self.shared_prefix_attention != "dense" and not unsupported_model_reason(bare, "dense"):
             self.to_dense(reason)
-        reason = unsupported_feature_reason(self.args, self.train_dataset) or unsupported_model_reason(
-            bare, self.shared_prefix_attention
+        reason = (
+            unsupported_feature_reason(self.args, self.train_dataset)
+            or unsupported_call_reason(getattr(self, "aux_loss_enabled", False), {})
+            or unsupported_model_reason(bare, self.shared_prefix_attention)
         )
         if reason:
             self.disable_shared_prefix(reason)
