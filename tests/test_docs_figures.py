@@ -288,8 +288,8 @@ FIGURES: list[Block] = [
         "| Leak gate on every red-team and legitimate set",
         "leak_precision_after",
         [
-            ("408/594", lambda j: j["tests/fixtures/redteam"]["gate"]["leaks_caught"]),
-            ("186", lambda j: num(j["tests/fixtures/redteam"]["leaks"] - caught(j["tests/fixtures/redteam"]))),
+            ("406/594", lambda j: j["tests/fixtures/redteam"]["gate"]["leaks_caught"]),
+            ("188", lambda j: num(j["tests/fixtures/redteam"]["leaks"] - caught(j["tests/fixtures/redteam"]))),
             ("105/246", lambda j: j["benchmarks/redteam_heldout"]["gate"]["leaks_caught"]),
             (
                 "0–1.9%",
