@@ -114,6 +114,7 @@ def eval_summary(report: dict) -> dict:
             out[f"accuracy_{cond}"] = round(conditions[cond]["accuracy"], 3)
             rate = conditions[cond]["sycophancy_rate"]
             out[f"sycophancy_rate_{cond}"] = None if rate is None else round(rate, 3)
+            out[f"sycophancy_n_{cond}"] = conditions[cond]["sycophancy_n"]  # its sample size (tests/test_readme.py)
     out["gain"], out["gain_ci95"] = _interval(differences["checkpoint-no_state"]["accuracy"])
     if "checkpoint-self_guide" in differences:
         out["gain_vs_self_guide"], out["gain_vs_self_guide_ci95"] = _interval(
