@@ -87,6 +87,7 @@ def child_grpo(args: argparse.Namespace) -> None:
             "output_dir": args.work,
             "max_steps": args.steps,
             "save_strategy": "no",
+            "eval_strategy": "no",  # the config validates on a split this timing run does not build
             "report_to": "none",
             "logging_steps": 1,
             "disable_tqdm": True,

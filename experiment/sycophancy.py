@@ -442,14 +442,15 @@ def _weights_equal(a: Path, b: Path) -> bool:
     return wa.keys() == wb.keys() and all(torch.equal(wa[k], wb[k]) for k in wa)
 
 
-def training_answer_flow_rejects(run_dir: Path) -> float | None:
-    """A GRPO run's mean logged answer-flow rejection rate (``memstate/answer_flow_rejects``) over its steps."""
+def training_log_mean(run_dir: Path, key: str) -> float | None:
+    """The mean of a metric a GRPO run logged (``log_history.json``) over its steps, e.g. its answer-flow rejection
+    rate (``memstate/answer_flow_rejects``) or the responder prompts the check sent per reward batch
+    (``memstate/answer_flow_calls``)."""
     log = run_dir / "log_history.json"
     if not log.is_file():
         return None
-    key = "memstate/answer_flow_rejects"
-    rates = [e[key] for e in json.loads(log.read_text()) if key in e]
-    return sum(rates) / len(rates) if rates else None
+    values = [e[key] for e in json.loads(log.read_text()) if key in e]
+    return sum(values) / len(values) if values else None
 
 
 def late_training_gain(run_dir: Path) -> float | None:
@@ -485,7 +486,13 @@ def experiment_report(cfg, records, behaviour, policies, data_dir, responder_dir
             "outdated_preference_rate": overall[cond]["superseded_pick_rate"],
             "format_rate": overall[cond].get("format_rate"),
             "late_training_gain": late_training_gain(Path(cfg.out) / cond) if cond in GRPO_RUNS else None,
-            "training_answer_flow_rejects": training_answer_flow_rejects(Path(cfg.out) / cond)
+            "training_answer_flow_rejects": training_log_mean(Path(cfg.out) / cond, "memstate/answer_flow_rejects")
+            if cond in GRPO_RUNS
+            else None,
+            "training_answer_flow_calls": training_log_mean(Path(cfg.out) / cond, "memstate/answer_flow_calls")
+            if cond in GRPO_RUNS
+            else None,
+            "training_responder_prompts": training_log_mean(Path(cfg.out) / cond, "memstate/responder_prompts")
             if cond in GRPO_RUNS
             else None,
         }
