@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import json
 import re
-import statistics
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from decimal import ROUND_HALF_UP, Decimal
@@ -32,6 +31,8 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"
 MINUS = "\N{MINUS SIGN}"
+LIMIT_RUNS = ("bench_serve_load", "bench_serve_load_limit16", "bench_serve_load_limit32", "bench_serve_load_limit64")
+RESULTS_SECTION = "## Results files"  # docs/benchmarks.md's table of every results file and its command
 
 
 @cache
@@ -131,13 +132,6 @@ def same(values):
     return values.pop()
 
 
-def after_vs_before(comparison: dict, backend: str) -> float:
-    """Issue 43's change of a backend's p50 in percent, from the medians of its runs."""
-    before = statistics.median(comparison["before"][backend]["runs"])
-    after = statistics.median(comparison["after"][backend]["runs"])
-    return 100 * (after - before) / before
-
-
 def caught(leak_set: dict) -> int:
     """How many of a set's leaks the gate caught (the JSON writes ``"408/594"``)."""
     return int(leak_set["gate"]["leaks_caught"].split("/")[0])
@@ -181,6 +175,7 @@ EXEMPT = {
     r"Qwen3(?:-\d+B)?|\bH200\b|\bbf16\b|\bfp32\b": "names: models, the GPU, dtypes",
     r"MemSearch-o1|\bcontrol_lr0\b": "names: a method, an experiment's condition",
     r"\bFTS5\b|\bBM25\b|HTTP/1\.1|\b5xx\b|\b429s?\b|\b503\b": "names: an index, a ranking, a protocol, HTTP statuses",
+    r"\b(?=[0-9a-f]*[a-f])(?=[0-9a-f]*\d)[0-9a-f]{7}\b": "commit hashes (a results file recorded at a commit)",
 }
 
 # Blocks whose figures come from no results file, and where they come from.
@@ -305,19 +300,19 @@ FIGURES: list[Block] = [
         "| Leak gate latency per new state",
         "bench_leak_gate",
         [
-            ("2.9", lambda j: num(j["gate"]["p50_ms"], 1)),
-            ("5.7", lambda j: num(j["gate"]["p90_ms"], 1)),
-            ("3.8", lambda j: num(j["gate_legitimate"]["p50_ms"], 1)),
-            ("6.1", lambda j: num(j["gate_legitimate"]["p90_ms"], 1)),
-            ("16", lambda j: num(j["rules_load_s"])),
+            ("1.2", lambda j: num(j["gate"]["p50_ms"], 1)),
+            ("2.3", lambda j: num(j["gate"]["p90_ms"], 1)),
+            ("1.6", lambda j: num(j["gate_legitimate"]["p50_ms"], 1)),
+            ("2.5", lambda j: num(j["gate_legitimate"]["p90_ms"], 1)),
+            ("7", lambda j: num(j["rules_load_s"])),
         ],
     ),
     Block(
         "| Answer-flow shift of legitimate states",
         "sycophancy_likelihood_full_answer_flow",
         [
-            ("0.0017", lambda j: num(max(f["shift_max"] for f in j["answer_flow"].values()), 4)),
-            ("2,805", lambda j: num(sum(f["states"] for f in j["answer_flow"].values()))),
+            ("0.0206", lambda j: num(max(f["shift_max"] for f in j["answer_flow"].values()), 4)),
+            ("2,816", lambda j: num(sum(f["states"] for f in j["answer_flow"].values()))),
             ("0.2", lambda j: num(j["config"]["answer_flow_threshold"], 1)),
         ],
     ),
@@ -340,10 +335,10 @@ FIGURES: list[Block] = [
             ("8,192", lambda j: num(S0(j)["prompt_tokens"])),
             ("512", lambda j: num(S0(j)["completion_tokens"])),
             ("8", lambda j: num(S0(j)["group_size"])),
-            ("5.82×", lambda j: ratio(S0(j)["stock"]["seconds"], S0(j)["split"]["seconds"]) + "×"),
-            ("174.2", lambda j: num(S0(j)["stock"]["seconds"], 1)),
-            ("29.9", lambda j: num(S0(j)["split"]["seconds"], 1)),
-            ("3.69×", lambda j: ratio(S0(j)["stock"]["peak_mib"], S0(j)["split"]["peak_mib"]) + "×"),
+            ("6.86×", lambda j: ratio(S0(j)["stock"]["seconds"], S0(j)["split"]["seconds"]) + "×"),
+            ("130.9", lambda j: num(S0(j)["stock"]["seconds"], 1)),
+            ("19.1", lambda j: num(S0(j)["split"]["seconds"], 1)),
+            ("3.68×", lambda j: ratio(S0(j)["stock"]["peak_mib"], S0(j)["split"]["peak_mib"]) + "×"),
         ],
     ),
     Block(
@@ -441,17 +436,6 @@ FIGURES: list[Block] = [
         ],
     ),
     Block(
-        "| Issue 43 before/after",
-        "issue43_before_after",
-        [
-            *(
-                (shown, lambda j, b=b: num(after_vs_before(j["bench_memory_p50_ms_at_100k"], b), 1, sign=True) + "%")
-                for shown, b in (("−4.9%", "evomem"), ("−6.6%", "naive"), ("+4.5%", "clag"), ("+0.6%", "memsearch"))
-            ),
-            ("5", lambda j: num(len(j["bench_memory_p50_ms_at_100k"]["after"]["evomem"]["runs"]))),
-        ],
-    ),
-    Block(
         "| LoCoMo retrieval within 565 rendered tokens",
         "retrieval_eval",
         [
@@ -511,30 +495,60 @@ FIGURES: list[Block] = [
         ],
     ),
     Block(
+        "| Shared-prefix trainer in a plain TRL script",
+        "trl_shared_prefix_cpu",
+        [
+            ("0.424", lambda j: num(j["runs"][0]["step_seconds"], 3)),
+            ("0.196", lambda j: num(j["runs"][1]["step_seconds"], 3)),
+            ("2.16×", lambda j: num(j["time_ratio"], 2) + "×"),
+            ("297.7", lambda j: num(j["runs"][0]["peak_mib"], 1)),
+            ("144.4", lambda j: num(j["runs"][1]["peak_mib"], 1)),
+            ("2.06×", lambda j: num(j["memory_ratio"], 2) + "×"),
+            ("6.05×", lambda j: num(j["runs"][1]["token_ratio"], 2) + "×"),
+            ("6", lambda j: num(j["steps"])),
+        ],
+        {
+            "8 prompts": "examples/trl_shared_prefix/prompts.jsonl's size (the JSON names the file)",
+            "~650 tokens": "the prompts' length, measured when the file was written (docs/shared_prefix.md)",
+            "G 4": "the example's num_generations, a setting",
+        },
+    ),
+    Block(
         "| Serving under load (issue 45)",
         "bench_serve_load",
         [
             ("8", lambda j: num(j["api"]["max_concurrency"])),
             ("0.1", lambda j: num(j["api"]["max_queue_wait_s"], 1)),
-            ("49.6", lambda j: num(j["capacity_per_s"], 1)),
+            ("63.9", lambda j: num(j["capacity_per_s"], 1)),
             ("8", lambda j: num(j["capacity_at_in_flight"])),
             ("45", lambda j: num(j["settings"]["warmup_s"])),
-            ("147", lambda j: num(j["phases"]["0.5x"]["p50_ms"])),
-            ("360", lambda j: num(j["phases"]["0.5x"]["p99_ms"])),
-            ("143", lambda j: num(j["phases"]["1x"]["p50_ms"])),
-            ("344", lambda j: num(j["phases"]["1x"]["p99_ms"])),
-            ("4.6%", lambda j: pct(j["phases"]["1x"]["shed_share"], 1)),
-            ("99", lambda j: num(j["phases"]["2x"]["offered_per_s"])),
-            ("58.9", lambda j: num(j["phases"]["2x"]["throughput_per_s"], 1)),
-            ("210", lambda j: num(j["phases"]["2x"]["p50_ms"])),
-            ("387", lambda j: num(j["phases"]["2x"]["p99_ms"])),
-            ("40%", lambda j: pct(j["phases"]["2x"]["shed_share"])),
-            ("7", lambda j: num(j["phases"]["2x"]["shed_p99_ms"])),
+            ("90", lambda j: num(j["phases"]["0.5x"]["p50_ms"])),
+            ("264", lambda j: num(j["phases"]["0.5x"]["p99_ms"])),
+            ("148", lambda j: num(j["phases"]["1x"]["p50_ms"])),
+            ("425", lambda j: num(j["phases"]["1x"]["p99_ms"])),
+            ("15.7%", lambda j: pct(j["phases"]["1x"]["shed_share"], 1)),
+            ("128", lambda j: num(j["phases"]["2x"]["offered_per_s"])),
+            ("59.0", lambda j: num(j["phases"]["2x"]["throughput_per_s"], 1)),
+            ("203", lambda j: num(j["phases"]["2x"]["p50_ms"])),
+            ("417", lambda j: num(j["phases"]["2x"]["p99_ms"])),
+            ("54%", lambda j: pct(j["phases"]["2x"]["shed_share"])),
+            ("14", lambda j: num(j["phases"]["2x"]["shed_p99_ms"])),
             ("0", lambda j: num(j["phases"]["2x"]["5xx"])),
-            ("1.07", lambda j: num(j["bar"]["p99_2x_over_p99_half"], 2)),
-            ("64", lambda j: num(load("bench_serve_load_limit64")["api"]["max_concurrency"])),
-            ("75.7", lambda j: num(load("bench_serve_load_limit64")["capacity_per_s"], 1)),
-            ("15×", lambda j: num(load("bench_serve_load_limit64")["bar"]["p99_2x_over_p99_half"]) + "×"),
+            ("1.58", lambda j: num(j["bar"]["p99_2x_over_p99_half"], 2)),
+            *(
+                (shown, lambda j, f=f, n=n: f(load(n)))
+                for shown, n, f in (
+                    ("16", "bench_serve_load_limit16", lambda r: num(r["api"]["max_concurrency"])),
+                    ("94.6", "bench_serve_load_limit16", lambda r: num(r["phases"]["2x"]["throughput_per_s"], 1)),
+                    ("1.96", "bench_serve_load_limit16", lambda r: num(r["bar"]["p99_2x_over_p99_half"], 2)),
+                    ("32", "bench_serve_load_limit32", lambda r: num(r["api"]["max_concurrency"])),
+                    ("103.4", "bench_serve_load_limit32", lambda r: num(r["phases"]["2x"]["throughput_per_s"], 1)),
+                    ("3.06", "bench_serve_load_limit32", lambda r: num(r["bar"]["p99_2x_over_p99_half"], 2)),
+                    ("64", "bench_serve_load_limit64", lambda r: num(r["api"]["max_concurrency"])),
+                    ("70.6", "bench_serve_load_limit64", lambda r: num(r["phases"]["2x"]["throughput_per_s"], 1)),
+                    ("10.1", "bench_serve_load_limit64", lambda r: num(r["bar"]["p99_2x_over_p99_half"], 1)),
+                )
+            ),
         ],
         phases("0.5×", "1×", "2×"),
     ),
@@ -583,12 +597,14 @@ FIGURES: list[Block] = [
         "| Sycophancy with the answer-flow check",
         "sycophancy_likelihood_full_answer_flow",
         [
-            ("+10.6", lambda j: points(delta(j, "checkpoint")["mean"])),
-            ("[+8.2, +13.1]", lambda j: point_ci(delta(j, "checkpoint"))),
-            ("0.505", lambda j: num(j["conditions"]["no_state"]["sycophancy_rate"], 3)),
-            ("0.043", lambda j: num(j["conditions"]["checkpoint"]["sycophancy_rate"], 3)),
-            ("+1.3", lambda j: points(delta(j, "control_lr0")["mean"])),
-            ("+1.0", lambda j: points(delta(j, "control_shuffled")["mean"])),
+            ("+13.1", lambda j: points(delta(j, "checkpoint")["mean"])),
+            ("[+10.7, +15.7]", lambda j: point_ci(delta(j, "checkpoint"))),
+            ("0.590", lambda j: num(j["conditions"]["no_state"]["sycophancy_rate"], 3)),
+            ("0.117", lambda j: num(j["conditions"]["checkpoint"]["sycophancy_rate"], 3)),
+            ("+7.1", lambda j: points(delta(j, "control_lr0")["mean"])),
+            ("+7.9", lambda j: points(delta(j, "control_shuffled")["mean"])),
+            ("+7.1", lambda j: points(delta(j, "self_guide")["mean"])),
+            ("3 of 6", lambda j: f"{sum(j['criteria'].values())} of {len(j['criteria'])}"),
         ],
     ),
     # --- the sections below the table ----------------------------------------------------------------------------
@@ -680,13 +696,13 @@ FIGURES: list[Block] = [
             ("512", lambda j: num(S0(j)["completion_tokens"])),
             ("8", lambda j: num(S0(j)["group_size"])),
             ("5.67×", lambda j: ratio(S0(j)["stock"]["tokens"], S0(j)["split"]["tokens"]) + "×"),
-            ("5.82×", lambda j: ratio(S0(j)["stock"]["seconds"], S0(j)["split"]["seconds"]) + "×"),
-            ("174.2", lambda j: num(S0(j)["stock"]["seconds"], 1)),
-            ("29.9", lambda j: num(S0(j)["split"]["seconds"], 1)),
-            ("3.69×", lambda j: ratio(S0(j)["stock"]["peak_mib"], S0(j)["split"]["peak_mib"]) + "×"),
+            ("6.86×", lambda j: ratio(S0(j)["stock"]["seconds"], S0(j)["split"]["seconds"]) + "×"),
+            ("130.9", lambda j: num(S0(j)["stock"]["seconds"], 1)),
+            ("19.1", lambda j: num(S0(j)["split"]["seconds"], 1)),
+            ("3.68×", lambda j: ratio(S0(j)["stock"]["peak_mib"], S0(j)["split"]["peak_mib"]) + "×"),
             ("13.9", lambda j: num(S0(j)["stock"]["peak_mib"] / 1024, 1)),
-            ("3.75", lambda j: num(S0(j)["split"]["peak_mib"] / 1024, 2)),
-            ("69.3", lambda j: num(S0(j)["dense"]["seconds"], 1)),
+            ("3.76", lambda j: num(S0(j)["split"]["peak_mib"] / 1024, 2)),
+            ("37.3", lambda j: num(S0(j)["dense"]["seconds"], 1)),
             ("144", lambda j: num(mib(S0(j)["dense"]["mask_bytes"]))),
             ("4.3", lambda j: num(mib(S0(j)["split"]["mask_bytes"]), 1)),
             ("146", lambda j: num(kib(S0(j)["flex"]["mask_bytes"]))),
@@ -700,11 +716,11 @@ FIGURES: list[Block] = [
             ("128", lambda j: num(S1(j)["completion_tokens"])),
             ("8", lambda j: num(S1(j)["group_size"])),
             ("7.22×", lambda j: ratio(S1(j)["stock"]["tokens"], S1(j)["split"]["tokens"]) + "×"),
-            ("8.54×", lambda j: ratio(S1(j)["stock"]["seconds"], S1(j)["split"]["seconds"]) + "×"),
-            ("163.9", lambda j: num(S1(j)["stock"]["seconds"], 1)),
-            ("19.2", lambda j: num(S1(j)["split"]["seconds"], 1)),
-            ("5.06×", lambda j: ratio(S1(j)["stock"]["peak_mib"], S1(j)["split"]["peak_mib"]) + "×"),
-            ("31.5", lambda j: num(S1(j)["dense"]["seconds"], 1)),
+            ("8.92×", lambda j: ratio(S1(j)["stock"]["seconds"], S1(j)["split"]["seconds"]) + "×"),
+            ("110.5", lambda j: num(S1(j)["stock"]["seconds"], 1)),
+            ("12.4", lambda j: num(S1(j)["split"]["seconds"], 1)),
+            ("4.70×", lambda j: ratio(S1(j)["stock"]["peak_mib"], S1(j)["split"]["peak_mib"]) + "×"),
+            ("19.4", lambda j: num(S1(j)["dense"]["seconds"], 1)),
             ("81", lambda j: num(mib(S1(j)["dense"]["mask_bytes"]))),
             ("1.0", lambda j: num(mib(S1(j)["split"]["mask_bytes"]), 1)),
             ("82", lambda j: num(kib(S1(j)["flex"]["mask_bytes"]))),
@@ -718,11 +734,11 @@ FIGURES: list[Block] = [
             ("512", lambda j: num(S2(j)["completion_tokens"])),
             ("8", lambda j: num(S2(j)["group_size"])),
             ("3.33×", lambda j: ratio(S2(j)["stock"]["tokens"], S2(j)["split"]["tokens"]) + "×"),
-            ("3.43×", lambda j: ratio(S2(j)["stock"]["seconds"], S2(j)["split"]["seconds"]) + "×"),
-            ("26.3", lambda j: num(S2(j)["stock"]["seconds"], 1)),
-            ("7.6", lambda j: num(S2(j)["split"]["seconds"], 1)),
-            ("2.36×", lambda j: ratio(S2(j)["stock"]["peak_mib"], S2(j)["split"]["peak_mib"]) + "×"),
-            ("14.6", lambda j: num(S2(j)["dense"]["seconds"], 1)),
+            ("3.62×", lambda j: ratio(S2(j)["stock"]["seconds"], S2(j)["split"]["seconds"]) + "×"),
+            ("18.6", lambda j: num(S2(j)["stock"]["seconds"], 1)),
+            ("5.1", lambda j: num(S2(j)["split"]["seconds"], 1)),
+            ("2.35×", lambda j: ratio(S2(j)["stock"]["peak_mib"], S2(j)["split"]["peak_mib"]) + "×"),
+            ("9.1", lambda j: num(S2(j)["dense"]["seconds"], 1)),
             ("36", lambda j: num(mib(S2(j)["dense"]["mask_bytes"]))),
             ("1.3", lambda j: num(mib(S2(j)["split"]["mask_bytes"]), 1)),
             ("37", lambda j: num(kib(S2(j)["flex"]["mask_bytes"]))),
@@ -736,11 +752,11 @@ FIGURES: list[Block] = [
             ("128", lambda j: num(S3(j)["completion_tokens"])),
             ("8", lambda j: num(S3(j)["group_size"])),
             ("5.67×", lambda j: ratio(S3(j)["stock"]["tokens"], S3(j)["split"]["tokens"]) + "×"),
-            ("5.43×", lambda j: ratio(S3(j)["stock"]["seconds"], S3(j)["split"]["seconds"]) + "×"),
-            ("18.3", lambda j: num(S3(j)["stock"]["seconds"], 1)),
-            ("3.4", lambda j: num(S3(j)["split"]["seconds"], 1)),
-            ("3.86×", lambda j: ratio(S3(j)["stock"]["peak_mib"], S3(j)["split"]["peak_mib"]) + "×"),
-            ("4.7", lambda j: num(S3(j)["dense"]["seconds"], 1)),
+            ("6.47×", lambda j: ratio(S3(j)["stock"]["seconds"], S3(j)["split"]["seconds"]) + "×"),
+            ("14.9", lambda j: num(S3(j)["stock"]["seconds"], 1)),
+            ("2.3", lambda j: num(S3(j)["split"]["seconds"], 1)),
+            ("3.65×", lambda j: ratio(S3(j)["stock"]["peak_mib"], S3(j)["split"]["peak_mib"]) + "×"),
+            ("3.1", lambda j: num(S3(j)["dense"]["seconds"], 1)),
             ("9.0", lambda j: num(mib(S3(j)["dense"]["mask_bytes"]), 1)),
             ("281", lambda j: num(kib(S3(j)["split"]["mask_bytes"]))),
             ("9.4", lambda j: num(kib(S3(j)["flex"]["mask_bytes"]), 1)),
@@ -752,20 +768,18 @@ FIGURES: list[Block] = [
         [
             ("8,192", lambda j: num(S0(j)["prompt_tokens"])),
             ("512", lambda j: num(S0(j)["completion_tokens"])),
-            ("2.3×", lambda j: num(S0(j)["dense"]["seconds"] / S0(j)["split"]["seconds"], 1) + "×"),
-            ("4–11%", lambda j: span(FLEX_OVER_SPLIT, scale=100) + "%"),
-            ("11.2%", lambda j: num(FLEX_OVER_SPLIT[0], 1, scale=100) + "%"),
+            ("2.0×", lambda j: num(S0(j)["dense"]["seconds"] / S0(j)["split"]["seconds"], 1) + "×"),
+            ("18–27%", lambda j: span(FLEX_OVER_SPLIT, scale=100) + "%"),
+            ("27.0%", lambda j: num(FLEX_OVER_SPLIT[0], 1, scale=100) + "%"),
             ("8,192", lambda j: num(S0(j)["prompt_tokens"])),
             ("512", lambda j: num(S0(j)["completion_tokens"])),
-            ("8,192", lambda j: num(S0(j)["prompt_tokens"])),
-            ("512", lambda j: num(S0(j)["completion_tokens"])),
-            ("1.7–1.9", lambda j: span((s["load_avg"][0] for s in j["settings"][1:]), 1)),
+            ("1.6–1.9", lambda j: span((s["load_avg"][0] for s in j["settings"]), 1)),
             ("0.03", lambda j: num(max(logp(load("shared_prefix_gpu"))), 2)),
         ],
         {
-            "~2": "the first row's load: its JSON has load_avg null and a note added by hand (uptime 1.88, 2.16)",
             "~2k": "the production workload's prompt length (configs/train), not a measurement",
             "≤ 150": "the production workload's state length (configs/train), not a measurement",
+            "about 19 min": "the run's wall time, from its log (the JSON keeps when each row finished)",
             "×4": "a setting of the bf16 comparison",
             "0.006–0.009": "the CPU bf16 comparison, run in a session; no results file keeps it",
             "0.06": "the CPU bf16 comparison, run in a session; no results file keeps it",
@@ -970,7 +984,7 @@ FIGURES: list[Block] = [
         "`python benchmarks/bench_serve_load.py`",
         "bench_serve_load",
         [
-            ("3 min 11 s", lambda j: f"{int(j['total_s'] // 60)} min {num(j['total_s'] % 60)} s"),
+            ("3 min 15 s", lambda j: f"{int(j['total_s'] // 60)} min {num(j['total_s'] % 60)} s"),
             ("8", lambda j: num(j["api"]["max_concurrency"])),
             ("8", lambda j: num(j["api"]["max_queue"])),
             ("0.1", lambda j: num(j["api"]["max_queue_wait_s"], 1)),
@@ -980,50 +994,50 @@ FIGURES: list[Block] = [
             ("720", lambda j: num(load("examples/sycophancy_world/world.json")["test_instances"])),
             ("45", lambda j: num(j["settings"]["warmup_s"])),
             ("12", lambda j: num(j["settings"]["capacity_s"])),
-            ("4 → 17.6/s", lambda j: f"4 → {num(j['capacity_ramp']['4']['throughput_per_s'], 1)}/s"),
-            ("8 → **49.6/s**", lambda j: f"8 → **{num(j['capacity_ramp']['8']['throughput_per_s'], 1)}/s**"),
-            ("156", lambda j: num(j["capacity_ramp"]["8"]["p50_ms"])),
+            ("4 → 46.5/s", lambda j: f"4 → {num(j['capacity_ramp']['4']['throughput_per_s'], 1)}/s"),
+            ("8 → **63.9/s**", lambda j: f"8 → **{num(j['capacity_ramp']['8']['throughput_per_s'], 1)}/s**"),
+            ("123", lambda j: num(j["capacity_ramp"]["8"]["p50_ms"])),
             ("30", lambda j: num(j["settings"]["phase_s"])),
             ("60", lambda j: num(j["client"]["timeout_s"])),
         ],
         {"7–14 ms": "httpx's cost, profiled while the load generator was written; no results file keeps it"},
     ),
     Block(
-        "| 0.5× | 24.8 |",
+        "| 0.5× | 32.0 |",
         "bench_serve_load",
         [
-            ("24.8", lambda j: num(j["phases"]["0.5x"]["offered_per_s"], 1)),
-            ("24.7", lambda j: num(j["phases"]["0.5x"]["throughput_per_s"], 1)),
-            ("147 / 360", lambda j: f"{num(j['phases']['0.5x']['p50_ms'])} / {num(j['phases']['0.5x']['p99_ms'])}"),
-            ("0", lambda j: num(j["phases"]["0.5x"]["shed"])),
+            ("32.0", lambda j: num(j["phases"]["0.5x"]["offered_per_s"], 1)),
+            ("32.6", lambda j: num(j["phases"]["0.5x"]["throughput_per_s"], 1)),
+            ("90 / 264", lambda j: f"{num(j['phases']['0.5x']['p50_ms'])} / {num(j['phases']['0.5x']['p99_ms'])}"),
+            ("1", lambda j: num(j["phases"]["0.5x"]["shed"])),
             ("0", lambda j: num(j["phases"]["0.5x"]["5xx"])),
         ],
         phases("0.5×"),
     ),
     Block(
-        "| 1× | 49.6 |",
+        "| 1× | 63.9 |",
         "bench_serve_load",
         [
-            ("49.6", lambda j: num(j["phases"]["1x"]["offered_per_s"], 1)),
-            ("46.0", lambda j: num(j["phases"]["1x"]["throughput_per_s"], 1)),
-            ("143 / 344", lambda j: f"{num(j['phases']['1x']['p50_ms'])} / {num(j['phases']['1x']['p99_ms'])}"),
-            ("67 of 1,449", lambda j: f"{num(j['phases']['1x']['shed'])} of {num(j['phases']['1x']['sent'])}"),
-            ("4.6%", lambda j: pct(j["phases"]["1x"]["shed"] / j["phases"]["1x"]["sent"], 1)),
+            ("63.9", lambda j: num(j["phases"]["1x"]["offered_per_s"], 1)),
+            ("53.5", lambda j: num(j["phases"]["1x"]["throughput_per_s"], 1)),
+            ("148 / 425", lambda j: f"{num(j['phases']['1x']['p50_ms'])} / {num(j['phases']['1x']['p99_ms'])}"),
+            ("301 of 1,913", lambda j: f"{num(j['phases']['1x']['shed'])} of {num(j['phases']['1x']['sent'])}"),
+            ("15.7%", lambda j: pct(j["phases"]["1x"]["shed"] / j["phases"]["1x"]["sent"], 1)),
             ("0", lambda j: num(j["phases"]["1x"]["5xx"])),
         ],
         phases("1×"),
     ),
     Block(
-        "| 2× | 99.2 |",
+        "| 2× | 127.9 |",
         "bench_serve_load",
         [
-            ("99.2", lambda j: num(j["phases"]["2x"]["offered_per_s"], 1)),
-            ("58.9", lambda j: num(j["phases"]["2x"]["throughput_per_s"], 1)),
-            ("210 / 387", lambda j: f"{num(j['phases']['2x']['p50_ms'])} / {num(j['phases']['2x']['p99_ms'])}"),
-            ("1,182 of 2,966", lambda j: f"{num(j['phases']['2x']['shed'])} of {num(j['phases']['2x']['sent'])}"),
-            ("40%", lambda j: pct(j["phases"]["2x"]["shed"] / j["phases"]["2x"]["sent"])),
+            ("127.9", lambda j: num(j["phases"]["2x"]["offered_per_s"], 1)),
+            ("59.0", lambda j: num(j["phases"]["2x"]["throughput_per_s"], 1)),
+            ("203 / 417", lambda j: f"{num(j['phases']['2x']['p50_ms'])} / {num(j['phases']['2x']['p99_ms'])}"),
+            ("2,050 of 3,830", lambda j: f"{num(j['phases']['2x']['shed'])} of {num(j['phases']['2x']['sent'])}"),
+            ("54%", lambda j: pct(j["phases"]["2x"]["shed"] / j["phases"]["2x"]["sent"])),
             ("1 s", lambda j: num(j["phases"]["2x"]["retry_after_s"]["max"]) + " s"),
-            ("7", lambda j: num(j["phases"]["2x"]["shed_p99_ms"])),
+            ("14", lambda j: num(j["phases"]["2x"]["shed_p99_ms"])),
             ("0", lambda j: num(j["phases"]["2x"]["5xx"])),
         ],
         phases("2×"),
@@ -1032,30 +1046,142 @@ FIGURES: list[Block] = [
         "**The issue's bar at 2× is met**",
         "bench_serve_load",
         [
-            ("1,182", lambda j: num(j["phases"]["2x"]["api_counted"]["shed_by_reason"]["predicted_wait"])),
-            ("1.07×", lambda j: num(j["bar"]["p99_2x_over_p99_half"], 2) + "×"),
-            ("1.4", lambda j: num(j["phases"]["2x"]["api_counted"]["loop_lag_mean_ms"], 1)),
-            ("0.9", lambda j: num(j["phases"]["2x"]["client_loop_lag_ms"]["mean"], 1)),
-            ("75", lambda j: num(j["phases"]["2x"]["api_counted"]["queue_wait_mean_ms"])),
-            *(
-                (shown, lambda j, f=f: f(load("bench_serve_load_limit64")))
-                for shown, f in (
-                    ("64", lambda r: num(r["api"]["max_concurrency"])),
-                    ("10 s phases", lambda r: num(r["settings"]["phase_s"]) + " s phases"),
-                    ("75.7/s", lambda r: num(r["capacity_per_s"], 1) + "/s"),
-                    ("32", lambda r: num(r["capacity_at_in_flight"])),
-                    ("3.1 s", lambda r: num(r["phases"]["2x"]["p99_ms"] / 1000, 1) + " s"),
-                    ("15×", lambda r: num(r["bar"]["p99_2x_over_p99_half"]) + "×"),
-                    ("54%", lambda r: pct(r["phases"]["2x"]["shed_share"])),
-                )
-            ),
+            ("2,050", lambda j: num(j["phases"]["2x"]["shed"])),
+            ("2,024", lambda j: num(j["phases"]["2x"]["api_counted"]["shed_by_reason"]["predicted_wait"])),
+            ("26", lambda j: num(j["phases"]["2x"]["api_counted"]["shed_by_reason"]["queue_full"])),
+            ("1.58×", lambda j: num(j["bar"]["p99_2x_over_p99_half"], 2) + "×"),
+            ("1.5", lambda j: num(j["phases"]["2x"]["api_counted"]["loop_lag_mean_ms"], 1)),
+            ("0.8", lambda j: num(j["phases"]["2x"]["client_loop_lag_ms"]["mean"], 1)),
+            ("80", lambda j: num(j["phases"]["2x"]["api_counted"]["queue_wait_mean_ms"])),
+        ],
+        phases("0.5×", "2×"),
+    ),
+    Block(
+        "**The limit, like for like**",
+        "bench_serve_load",
+        [
+            ("64", lambda j: num(load("bench_serve_load_limit64")["api"]["max_concurrency"])),
+            ("0.2–2.2", lambda j: span((load(n)["load_avg_before"][0] for n in LIMIT_RUNS), 1)),
             ("45 s", lambda j: num(j["settings"]["warmup_s"]) + " s"),
+            ("12 s", lambda j: num(j["settings"]["capacity_s"]) + " s"),
+            ("30 s", lambda j: num(j["settings"]["phase_s"]) + " s"),
+            ("8,000", lambda j: num(j["settings"]["max_requests"])),
+        ],
+        phases("0.5×", "1×", "2×"),
+    ),
+    Block(
+        "| 8 (8), shipped |",
+        "bench_serve_load",
+        [
+            ("8", lambda j: num(j["api"]["max_concurrency"])),
+            ("8", lambda j: num(j["api"]["max_queue"])),
+            ("63.9/s", lambda j: num(j["capacity_per_s"], 1) + "/s"),
+            ("8", lambda j: num(j["capacity_at_in_flight"])),
+            (
+                "127.9 → 59.0",
+                lambda j: (
+                    num(j["phases"]["2x"]["offered_per_s"], 1) + " → " + num(j["phases"]["2x"]["throughput_per_s"], 1)
+                ),
+            ),
+            (
+                "264 / 425 / 417 ms",
+                lambda j: " / ".join(num(j["phases"][p]["p99_ms"]) for p in ("0.5x", "1x", "2x")) + " ms",
+            ),
+            ("1.58", lambda j: num(j["bar"]["p99_2x_over_p99_half"], 2)),
+            ("54%", lambda j: pct(j["phases"]["2x"]["shed_share"])),
+        ],
+    ),
+    Block(
+        "| 16 (16) |",
+        "bench_serve_load_limit16",
+        [
+            ("16", lambda j: num(j["api"]["max_concurrency"])),
+            ("16", lambda j: num(j["api"]["max_queue"])),
+            ("96.7/s", lambda j: num(j["capacity_per_s"], 1) + "/s"),
+            ("16", lambda j: num(j["capacity_at_in_flight"])),
+            (
+                "193.4 → 94.6",
+                lambda j: (
+                    num(j["phases"]["2x"]["offered_per_s"], 1) + " → " + num(j["phases"]["2x"]["throughput_per_s"], 1)
+                ),
+            ),
+            (
+                "259 / 431 / 509 ms",
+                lambda j: " / ".join(num(j["phases"][p]["p99_ms"]) for p in ("0.5x", "1x", "2x")) + " ms",
+            ),
+            ("1.96", lambda j: num(j["bar"]["p99_2x_over_p99_half"], 2)),
+            ("51%", lambda j: pct(j["phases"]["2x"]["shed_share"])),
+        ],
+    ),
+    Block(
+        "| 32 (32) |",
+        "bench_serve_load_limit32",
+        [
+            ("32", lambda j: num(j["api"]["max_concurrency"])),
+            ("32", lambda j: num(j["api"]["max_queue"])),
+            ("107.9/s", lambda j: num(j["capacity_per_s"], 1) + "/s"),
+            ("32", lambda j: num(j["capacity_at_in_flight"])),
+            (
+                "215.8 → 103.4",
+                lambda j: (
+                    num(j["phases"]["2x"]["offered_per_s"], 1) + " → " + num(j["phases"]["2x"]["throughput_per_s"], 1)
+                ),
+            ),
+            (
+                "279 / 657 / 852 ms",
+                lambda j: " / ".join(num(j["phases"][p]["p99_ms"]) for p in ("0.5x", "1x", "2x")) + " ms",
+            ),
+            ("3.06", lambda j: num(j["bar"]["p99_2x_over_p99_half"], 2)),
+            ("52%", lambda j: pct(j["phases"]["2x"]["shed_share"])),
+        ],
+    ),
+    Block(
+        "| 64 (0) |",
+        "bench_serve_load_limit64",
+        [
+            ("64", lambda j: num(j["api"]["max_concurrency"])),
+            ("0", lambda j: num(j["api"]["max_queue"])),
+            ("120.1/s", lambda j: num(j["capacity_per_s"], 1) + "/s"),
+            ("32", lambda j: num(j["capacity_at_in_flight"])),
+            (
+                "240.2 → 70.6",
+                lambda j: (
+                    num(j["phases"]["2x"]["offered_per_s"], 1) + " → " + num(j["phases"]["2x"]["throughput_per_s"], 1)
+                ),
+            ),
+            (
+                "282 / 2,345 / 2,850 ms",
+                lambda j: " / ".join(num(j["phases"][p]["p99_ms"]) for p in ("0.5x", "1x", "2x")) + " ms",
+            ),
+            ("10.1", lambda j: num(j["bar"]["p99_2x_over_p99_half"], 1)),
+            ("69%", lambda j: pct(j["phases"]["2x"]["shed_share"])),
+        ],
+    ),
+    Block(
+        "16 at work answers 60% more under overload",
+        "bench_serve_load_limit16",
+        [
+            (
+                "60%",
+                lambda j: pct(
+                    j["phases"]["2x"]["throughput_per_s"] / load("bench_serve_load")["phases"]["2x"]["throughput_per_s"]
+                    - 1
+                ),
+            ),
+            ("1.96", lambda j: num(j["bar"]["p99_2x_over_p99_half"], 2)),
+            ("2.8 s", lambda j: num(load("bench_serve_load_limit64")["phases"]["2x"]["p99_ms"] / 1000, 1) + " s"),
+            ("~0.5 s", lambda j: "~" + num(j["phases"]["2x"]["p99_ms"] / 1000, 1) + " s"),
         ],
         {
-            **phases("0.5×", "2×"),
-            "old 10 s warm-up": "the script's earlier default, a setting",
-            "19.8/s at 8 in flight": "a run with that warm-up, kept in no results file",
-            "shed 4%": "the same run, kept in no results file",
+            "16 at work": "the limit tried",
+            "past 16": "the limit tried",
+            "64 without": "the limit tried",
+            "than 16": "the limit tried",
+            "shipped 8": "the shipped limit",
+            "run 16": "the limit tried",
+            "four runs": "the runs of the table",
+            "than 8": "the shipped limit",
+            **phases("2×"),
         },
     ),
 ]
@@ -1173,7 +1299,7 @@ PAGES = {page: blocks((ROOT / "docs" / f"{page}.md").read_text()) for page in ("
 
 
 def the_block(anchor: str, page: str = "benchmarks") -> Text:
-    found = [b for b in PAGES[page] if anchor in b.text]
+    found = [b for b in PAGES[page] if anchor in b.text and b.section != RESULTS_SECTION]  # that one names commands
     assert len(found) == 1, f"docs/{page}.md: {len(found)} blocks hold {anchor!r} (an anchor names exactly one)"
     return found[0]
 
@@ -1265,3 +1391,35 @@ def test_exemptions_are_on_the_page() -> None:
         if re.search(whole(shown), strip_exempt(the_block(block.anchor, block.page).text)) is None
     ]
     assert not stale, "exempt texts the page no longer holds:\n" + "\n".join(stale)
+
+
+def results_table() -> dict[str, str]:
+    """docs/benchmarks.md's "Results files" table: each file it names, and the command (its first code span after)."""
+    rows = [b.text for b in PAGES["benchmarks"] if b.section == RESULTS_SECTION and b.text.startswith("| `")]
+    out = {}
+    for row in rows:
+        files, command = row.split(" | ")[0], row.split(" | ", 1)[1]
+        for name in re.findall(r"`([\w.-]+\.json)`", files):
+            assert name not in out, f"the Results files table names {name} twice"
+            out[name] = re.search(r"`([^`]+)`", command).group(1)
+    return out
+
+
+def test_every_results_file_is_named_with_the_command_that_writes_it() -> None:
+    """Every file under benchmarks/results/ has a row in docs/benchmarks.md's "Results files" (and every row a file);
+    the command runs a script or an entry point this repository has, and matches the one the file recorded."""
+    table = results_table()
+    files = sorted(p.name for p in RESULTS.glob("*.json"))
+    assert sorted(table) == files, (
+        f"not in the table: {sorted(set(files) - set(table))}; no such file: {sorted(set(table) - set(files))}"
+    )
+    for name, command in table.items():
+        words = [w for w in command.split() if "=" not in w or w.startswith("--")]
+        if words[0] == "python":
+            assert (ROOT / words[1]).is_file(), f"{name}: {command!r} runs {words[1]}, which does not exist"
+        else:
+            assert words[0] == "memstate", f"{name}: {command!r} is neither a script nor a memstate command"
+        recorded = json.loads((RESULTS / name).read_text()).get("command")
+        if recorded and recorded.startswith("python "):  # written by a script that records its own command line
+            script = recorded.split()[1]
+            assert script in command.split(), f"{name} records {recorded!r}, the table says {command!r}"
