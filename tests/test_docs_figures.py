@@ -202,6 +202,32 @@ def phases(*names: str) -> dict[str, str]:
     return {name: "a load phase's name (the JSON's phases), or the bar's 2×" for name in names}
 
 
+def limit_row(label: str, source: str, setting: str, overload: str, p99s: str, outcome: str) -> Block:
+    """A row of the like-for-like limits table: limit, queue, capacity and where, 2x offered -> answered, p99 per
+    phase, the bar's ratio (2 decimals, 1 past 10) and the share shed at 2x."""
+    limit, queue, capacity, at = setting.split()
+    ratio, shed = outcome.split()
+    return Block(
+        label,
+        source,
+        [
+            (limit, lambda j: num(j["api"]["max_concurrency"])),
+            (queue, lambda j: num(j["api"]["max_queue"])),
+            (capacity, lambda j: num(j["capacity_per_s"], 1) + "/s"),
+            (at, lambda j: num(j["capacity_at_in_flight"])),
+            (
+                overload,
+                lambda j: (
+                    f"{num(j['phases']['2x']['offered_per_s'], 1)} → {num(j['phases']['2x']['throughput_per_s'], 1)}"
+                ),
+            ),
+            (p99s, lambda j: " / ".join(num(j["phases"][p]["p99_ms"]) for p in ("0.5x", "1x", "2x")) + " ms"),
+            (ratio, lambda j: num(j["bar"]["p99_2x_over_p99_half"], len(ratio.split(".")[1]))),
+            (shed, lambda j: pct(j["phases"]["2x"]["shed_share"])),
+        ],
+    )
+
+
 # Each block that quotes figures from a results file: the figure as the page prints it, and how its JSON gives it.
 FIGURES: list[Block] = [
     # --- the summary table ---------------------------------------------------------------------------------------
@@ -1069,93 +1095,22 @@ FIGURES: list[Block] = [
         ],
         phases("0.5×", "1×", "2×"),
     ),
-    Block(
-        "| 8 (8), shipped |",
-        "bench_serve_load",
-        [
-            ("8", lambda j: num(j["api"]["max_concurrency"])),
-            ("8", lambda j: num(j["api"]["max_queue"])),
-            ("63.9/s", lambda j: num(j["capacity_per_s"], 1) + "/s"),
-            ("8", lambda j: num(j["capacity_at_in_flight"])),
-            (
-                "127.9 → 59.0",
-                lambda j: (
-                    num(j["phases"]["2x"]["offered_per_s"], 1) + " → " + num(j["phases"]["2x"]["throughput_per_s"], 1)
-                ),
-            ),
-            (
-                "264 / 425 / 417 ms",
-                lambda j: " / ".join(num(j["phases"][p]["p99_ms"]) for p in ("0.5x", "1x", "2x")) + " ms",
-            ),
-            ("1.58", lambda j: num(j["bar"]["p99_2x_over_p99_half"], 2)),
-            ("54%", lambda j: pct(j["phases"]["2x"]["shed_share"])),
-        ],
+    limit_row(
+        "| 8 (8), shipped |", "bench_serve_load", "8 8 63.9/s 8", "127.9 → 59.0", "264 / 425 / 417 ms", "1.58 54%"
     ),
-    Block(
-        "| 16 (16) |",
-        "bench_serve_load_limit16",
-        [
-            ("16", lambda j: num(j["api"]["max_concurrency"])),
-            ("16", lambda j: num(j["api"]["max_queue"])),
-            ("96.7/s", lambda j: num(j["capacity_per_s"], 1) + "/s"),
-            ("16", lambda j: num(j["capacity_at_in_flight"])),
-            (
-                "193.4 → 94.6",
-                lambda j: (
-                    num(j["phases"]["2x"]["offered_per_s"], 1) + " → " + num(j["phases"]["2x"]["throughput_per_s"], 1)
-                ),
-            ),
-            (
-                "259 / 431 / 509 ms",
-                lambda j: " / ".join(num(j["phases"][p]["p99_ms"]) for p in ("0.5x", "1x", "2x")) + " ms",
-            ),
-            ("1.96", lambda j: num(j["bar"]["p99_2x_over_p99_half"], 2)),
-            ("51%", lambda j: pct(j["phases"]["2x"]["shed_share"])),
-        ],
+    limit_row(
+        "| 16 (16) |", "bench_serve_load_limit16", "16 16 96.7/s 16", "193.4 → 94.6", "259 / 431 / 509 ms", "1.96 51%"
     ),
-    Block(
-        "| 32 (32) |",
-        "bench_serve_load_limit32",
-        [
-            ("32", lambda j: num(j["api"]["max_concurrency"])),
-            ("32", lambda j: num(j["api"]["max_queue"])),
-            ("107.9/s", lambda j: num(j["capacity_per_s"], 1) + "/s"),
-            ("32", lambda j: num(j["capacity_at_in_flight"])),
-            (
-                "215.8 → 103.4",
-                lambda j: (
-                    num(j["phases"]["2x"]["offered_per_s"], 1) + " → " + num(j["phases"]["2x"]["throughput_per_s"], 1)
-                ),
-            ),
-            (
-                "279 / 657 / 852 ms",
-                lambda j: " / ".join(num(j["phases"][p]["p99_ms"]) for p in ("0.5x", "1x", "2x")) + " ms",
-            ),
-            ("3.06", lambda j: num(j["bar"]["p99_2x_over_p99_half"], 2)),
-            ("52%", lambda j: pct(j["phases"]["2x"]["shed_share"])),
-        ],
+    limit_row(
+        "| 32 (32) |", "bench_serve_load_limit32", "32 32 107.9/s 32", "215.8 → 103.4", "279 / 657 / 852 ms", "3.06 52%"
     ),
-    Block(
+    limit_row(
         "| 64 (0) |",
         "bench_serve_load_limit64",
-        [
-            ("64", lambda j: num(j["api"]["max_concurrency"])),
-            ("0", lambda j: num(j["api"]["max_queue"])),
-            ("120.1/s", lambda j: num(j["capacity_per_s"], 1) + "/s"),
-            ("32", lambda j: num(j["capacity_at_in_flight"])),
-            (
-                "240.2 → 70.6",
-                lambda j: (
-                    num(j["phases"]["2x"]["offered_per_s"], 1) + " → " + num(j["phases"]["2x"]["throughput_per_s"], 1)
-                ),
-            ),
-            (
-                "282 / 2,345 / 2,850 ms",
-                lambda j: " / ".join(num(j["phases"][p]["p99_ms"]) for p in ("0.5x", "1x", "2x")) + " ms",
-            ),
-            ("10.1", lambda j: num(j["bar"]["p99_2x_over_p99_half"], 1)),
-            ("69%", lambda j: pct(j["phases"]["2x"]["shed_share"])),
-        ],
+        "64 0 120.1/s 32",
+        "240.2 → 70.6",
+        "282 / 2,345 / 2,850 ms",
+        "10.1 69%",
     ),
     Block(
         "16 at work answers 60% more under overload",
