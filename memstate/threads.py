@@ -20,9 +20,9 @@ runs on the same libgomp threads). Defaults, each on its own:
 Two torch processes on 2 cores (the demo next to a test run; the 2-process DeepSpeed launch; vLLM next to the test
 process) thus run 2 + 2 OpenMP threads on 2 cores; each small op ends in a barrier at which the threads that
 arrived first spin while the one they wait for is descheduled behind the other process's spinners. Tiny GRPO steps
-(thousands of small ops) go from under a second to tens of seconds. With threads = the cores this process can
-count on, and passive waiting, two processes cost about 2x, not 50x; a lone process loses little (the figures:
-``benchmarks/bench_threads.py``).
+(thousands of small ops) take about 3x as long on an otherwise idle 2-core machine (more when other jobs load it;
+a small LM step on 16 cores took 91x). With threads = the cores this process can count on, and passive waiting, two
+processes cost about 1.5x; a lone process loses little (the figures: ``benchmarks/bench_threads.py``).
 
 What is computed: CPUs in ``os.sched_getaffinity(0)``, capped by the cgroup CPU quota (v2 ``cpu.max``, v1
 ``cpu.cfs_quota_us / cpu.cfs_period_us``, rounded up), divided by the processes sharing them on this node when a
