@@ -42,9 +42,16 @@ class MemstateTrainArguments:
     max_validation_instances: int | None = field(
         default=None,
         metadata={
-            "help": "Validate on a fixed subset of this many instances of validation_split, drawn with seed (the same "
-            "at every evaluation and on resume). Each evaluation costs num_generations_eval responder prompts per "
-            "instance (twice that with answer_flow_check), plus one baseline per instance the first time."
+            "help": "Validate on a fixed subset of this many instances of validation_split, drawn with validation_seed "
+            "(the same at every evaluation and on resume). Each evaluation costs num_generations_eval responder "
+            "prompts per instance (twice that with answer_flow_check), plus one baseline per instance the first time."
+        },
+    )
+    validation_seed: int | None = field(
+        default=None,
+        metadata={
+            "help": "Seed of that subset (default: seed). Fix it when comparing runs of several seeds, so that every "
+            "run validates on the same instances."
         },
     )
     validation_bootstrap_resamples: int = field(

@@ -72,7 +72,10 @@ def validation_plan(script_args: MemstateTrainArguments, config: GRPOConfig) -> 
     if config.eval_strategy == "no":
         return {"validation": "off: best/ by training reward"}
     held_out = validation_instances(
-        script_args.data_dir, script_args.validation_split, script_args.max_validation_instances, config.seed
+        script_args.data_dir,
+        script_args.validation_split,
+        script_args.max_validation_instances,
+        script_args.validation_seed if script_args.validation_seed is not None else config.seed,
     )
     if not held_out:
         return {"validation": f"off: no {script_args.validation_split!r} split; best/ by training reward"}

@@ -316,8 +316,9 @@ def train(
         logger.info("%d %s instances from %s", len(instances), script_args.train_split, script_args.data_dir)
         held_out = None
         if grpo_config.eval_strategy != "no":
+            seed = grpo_config.seed if script_args.validation_seed is None else script_args.validation_seed
             held_out = validation_instances(script_args.data_dir, script_args.validation_split,
-                                            script_args.max_validation_instances, grpo_config.seed)  # fmt: skip
+                                            script_args.max_validation_instances, seed)  # fmt: skip
             if not held_out:
                 # Nothing to validate on: checkpoints are chosen by training reward, and best.json says so.
                 logger.warning(
