@@ -18,21 +18,32 @@ nothing else. So each figure is compared by what it is:
 - a step chosen by an argmax over noisy figures (the format-rate peak, the best checkpoint): the README's step must be
   one the fresh run logged (or kept) whose fresh figure is within that band of the fresh maximum.
 
-Two independent runs would differ by less than this in 95 of 100 figures; reruns on other CPUs share the instances
-and every state sampled before the first flipped token, so they differ by far less (above). A regression the issue
-named, half the gain (+0.05 against +0.114 [+0.090, +0.139]) or sycophancy 0.166 against 0.090 over 188 instances,
-is outside its band (0.036 and 0.059); a tolerance of 0.06 on every decimal let both through. Every 3-decimal figure
+Those bands hold for one trained policy. Another CPU can also send training down another path, and the policy it
+ends with, or the checkpoint it keeps, is then another one: a 2-core AMD EPYC run of the same commit followed the
+README's run to step 75, then kept step 100 instead of 75, and its sycophancy was 0.021, not 0.090, far outside the
+0.030 the binomial band of 188 instances allowed (every other figure inside its band). So a figure that training
+makes is also allowed the run-to-run spread measured by `python benchmarks/demo_spread.py`: the demo trained at
+k = 4 seeds with the validation subset and the test states' seed held (results in benchmarks/results/demo_spread.json),
+and the 95% prediction band of the difference of two runs, t(k-1) · √2 · s, s the figure's standard deviation over
+those runs (``spread_bands``). A figure's band is the wider of the two. A seed changes the path from the first step,
+a CPU only after a flipped token, so this overstates a CPU's spread; with k = 4, t(3) = 3.18 widens it again.
+The price (tests/test_demo_tolerance.py): the gain's band is 0.066, so the issue's half gain (0.064 below) sits at its
+edge and a third of it fails; the checkpoint's sycophancy, which moves most (0.021-0.117 over the four seeds), is
+held to 0.187, so 0.166 against 0.090 passes. More seeds narrow both (t falls toward 1.96). Every 3-decimal figure
 gets 0.001 more, for the two roundings.
 """
 
 from __future__ import annotations
 
+import json
 import math
 import re
+import statistics
 from dataclasses import dataclass
 from pathlib import Path
 
 import yaml
+from scipy import stats
 
 NUMBER = re.compile(r"[-+]?\d+(?:\.\d+)?")
 Z95 = 1.96
@@ -70,17 +81,43 @@ def _one_instance(n: int) -> float:
     return 1 / n + ROUNDING
 
 
+def spread_bands(runs: list[str]) -> list[float]:
+    """Per figure of a rendered summary (in order), the 95% band of the difference of two runs: t(k-1) · √2 · s, with s
+    the figure's standard deviation over the k summaries ``runs`` (independent runs of the demo), plus rounding.
+
+    >>> a = "- gain +0.100, sycophancy 0.090."
+    >>> [round(b, 3) for b in spread_bands([a, a.replace("0.090", "0.030"), a.replace("0.090", "0.060")])]
+    [0.0, 0.184]
+    """
+    shapes = {figures(text)[0] for text in runs}
+    if len(runs) < 2 or len(shapes) != 1:
+        raise ValueError(f"need at least 2 runs of one shape, got {len(runs)} runs of {len(shapes)} shapes")
+    columns = zip(*(map(float, figures(text)[1]) for text in runs), strict=True)
+    t = float(stats.t.ppf(0.975, len(runs) - 1))
+    return [t * math.sqrt(2) * sd + ROUNDING if (sd := statistics.stdev(c)) > 0 else 0.0 for c in columns]
+
+
+def measured_spread(results: Path) -> list[str]:
+    """The rendered summaries of benchmarks/results/demo_spread.json's runs (durations dropped by ``figures``)."""
+    from memstate.experiment.demo import render
+
+    return [render(run) for run in json.loads(results.read_text())["runs"].values()]
+
+
 def completions_per_step(train_config: Path) -> int:
     """States sampled per optimizer step on one process: per_device_train_batch_size x gradient_accumulation_steps."""
     config = yaml.safe_load(train_config.read_text())
     return config["per_device_train_batch_size"] * config.get("gradient_accumulation_steps", 1)
 
 
-def demo_figures(summary: dict, log_history: list[dict], completions_per_step: int) -> list[Figure]:
+def demo_figures(
+    summary: dict, log_history: list[dict], completions_per_step: int, spread: list[str] | None = None
+) -> list[Figure]:
     """Each figure of experiment/demo.py's render(summary), in its order, with the band a fresh run may fill.
 
     ``summary`` and ``log_history`` are the fresh run's (runs/demo/summary.json, the run's log_history.json);
-    ``completions_per_step``: see completions_per_step().
+    ``completions_per_step``: see completions_per_step(); ``spread``: rendered summaries of independent runs
+    (measured_spread()), whose spread_bands() widen every sampled figure's band to at least the run-to-run spread.
     """
     t, test = summary["training"], summary["test"]["best"]
     rows = [e for e in log_history if "reward" in e]
@@ -138,7 +175,16 @@ def demo_figures(summary: dict, log_history: list[dict], completions_per_step: i
         Figure("sycophancy_rate_self_guide", _rate(test["sycophancy_rate_self_guide"], syco_n)),
         Figure("sycophancy_rate_checkpoint", _rate(test["sycophancy_rate_checkpoint"], syco_n)),
     ]
-    return out
+    if spread is None:
+        return out
+    runs = spread_bands(spread)
+    if len(runs) != len(out):
+        raise ValueError(f"the spread runs have {len(runs)} figures, this summary {len(out)}: rerun demo_spread.py")
+    # Counts and chosen steps stay as they are (exact, or near the fresh maximum); sampled figures get the wider band.
+    return [
+        Figure(rule.name, max(rule.tolerance, band)) if rule.tolerance > 0 and rule.near_max is None else rule
+        for rule, band in zip(out, runs, strict=True)
+    ]
 
 
 def moved(readme: str, fresh: str, rules: list[Figure]) -> list[str]:

@@ -343,6 +343,19 @@ FIGURES: list[Block] = [
         ],
     ),
     Block(
+        "| `make demo` run to run",
+        "demo_spread",
+        [
+            ("4", lambda j: num(len(j["runs"]))),
+            ("+0.093–+0.126", lambda j: span((r["test"]["best"]["gain"] for r in j["runs"].values()), 3, sign=True)),
+            (
+                "0.021–0.117",
+                lambda j: span((r["test"]["best"]["sycophancy_rate_checkpoint"] for r in j["runs"].values()), 3),
+            ),
+            ("75–100", lambda j: span(r["best_step"] for r in j["runs"].values())),
+        ],
+    ),
+    Block(
         "| Threads: a training step next to a busy torch process",
         "bench_threads",
         [
