@@ -1,10 +1,16 @@
 """Shared fixtures: the tiny models and the FEVER fixture dataset are built once per test session."""
 
+import os
+
 from memstate.threads import configure_threads
 
 # As `memstate` does at start, before anything imports torch: the suite's own process waits passively and uses the
 # cores it has, so the vLLM server and the DeepSpeed ranks it starts are not slowed by its spinning OpenMP threads.
-configure_threads(import_torch=False)
+# Under pytest-xdist (`make test` runs `-n auto`) each worker takes its share of the cores, and so do the processes
+# its tests start: the tiny models' small ops gain little from a second thread, and two workers of two threads each
+# on two cores would wait on each other's spinning threads.
+_workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+configure_threads(import_torch=False, affinity=max(1, len(os.sched_getaffinity(0)) // _workers))
 
 from pathlib import Path  # noqa: E402
 
