@@ -68,6 +68,13 @@ class ScriptServer:
         try:
             if hold:
                 time.sleep(hold)
+        finally:
+            # Before the reply is written: once the client reads it, it may send its next request at once, and a
+            # handler thread descheduled between writing and counting down (a loaded machine) would count 4 held
+            # requests under a bound of 3.
+            with self.lock:
+                self.in_flight -= 1
+        try:
             data = json.dumps(body).encode() if isinstance(body, dict) else str(body).encode()
             handler.send_response(status)
             for k, v in {"Content-Type": "application/json", **headers}.items():
@@ -77,9 +84,6 @@ class ScriptServer:
             handler.wfile.write(data)
         except (BrokenPipeError, ConnectionResetError):
             pass
-        finally:
-            with self.lock:
-                self.in_flight -= 1
 
     def __enter__(self) -> ScriptServer:
         threading.Thread(target=self.httpd.serve_forever, args=(0.02,), daemon=True).start()
