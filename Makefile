@@ -30,8 +30,8 @@ setup: $(BIN)/memstate
 demo: setup
 	$(BIN)/memstate demo
 
-# One pytest-xdist worker per core (at most 4); tests/conftest.py gives each worker's torch its share of the cores. The
-# tiny models' small ops barely use a second thread, so two 1-thread workers on 2 cores run the suite ~1.5x faster.
+# One pytest-xdist worker per core (at most 4). The tiny models' small ops keep a process's threads mostly waiting
+# (passively: tests/conftest.py, memstate/threads.py), so two workers on 2 cores run the suite ~1.5x faster.
 test: setup
 	$(BIN)/python -m pytest -n auto --maxprocesses 4
 
