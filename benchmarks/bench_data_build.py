@@ -1,6 +1,7 @@
 """Data-build throughput on inputs shaped like the full FEVER release.
 
     python benchmarks/bench_data_build.py [--wiki-lines 1000000] [--claims 145449] [--max-claims 20000]
+    python benchmarks/bench_data_build.py --smoke --out /tmp/bench_data_build.json  # seconds: inputs below (SMOKE)
 
 Generates, in a temp dir, a wiki-pages dump of ``--wiki-lines`` pages in 50k-page shards and a claim file of
 ``--claims`` claims in FEVER 1.0's format (a third NOT ENOUGH INFO, evidence citing random pages), then runs the
@@ -33,6 +34,8 @@ from memstate.sources.skips import SkipLog
 ROOT = Path(__file__).resolve().parents[1]
 FULL_DUMP_LINES = 5_416_537  # pages in FEVER's wiki-pages dump
 TARGET_INSTANCES = 60_000
+# --smoke's sizes (each unless given): the same code on inputs that take seconds
+SMOKE = {"wiki_lines": 2000, "claims": 300, "max_claims": 100, "pm_contexts": 2, "pm_messages": 24, "pm_questions": 20}
 WORDS = (
     "the of and in to was is for on as by with from at his an were are which this that be first its also new had "
     "film album river city born team season series league county village species party state king war music"
@@ -110,8 +113,12 @@ def main() -> None:
     parser.add_argument("--pm-contexts", type=int, default=37, help="PersonaMem shared contexts.")
     parser.add_argument("--pm-messages", type=int, default=400, help="Messages per shared context.")
     parser.add_argument("--pm-questions", type=int, default=9000, help="PersonaMem questions.")
+    parser.add_argument("--smoke", action="store_true", help="seconds, the same code: the sizes of SMOKE")
     parser.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "bench_data_build.json"))
     args = parser.parse_args()
+    if args.smoke:  # SMOKE's sizes as the defaults: a size given on the command line still wins
+        parser.set_defaults(**SMOKE)
+        args = parser.parse_args()
 
     with tempfile.TemporaryDirectory() as tmp:
         src = Path(tmp) / "fever"
@@ -150,7 +157,8 @@ def main() -> None:
     full_estimate_s = (
         FULL_DUMP_LINES / wiki_lines_per_s + (TARGET_INSTANCES - args.pm_questions) / instances_per_s + pm_s
     )
-    results = {
+    results = {"smoke": True} if args.smoke else {}
+    results |= {
         "machine": {"python": platform.python_version(), "cpus": len(__import__("os").sched_getaffinity(0))},
         "inputs": {
             "wiki_lines": args.wiki_lines,

@@ -1,6 +1,7 @@
 """What the leak gate costs per state (``memstate.leak.leaks_answer``), on this machine's cores.
 
     python benchmarks/bench_leak_gate.py [--redteam tests/fixtures/redteam] [--repeats 3]
+    python benchmarks/bench_leak_gate.py --smoke --out /tmp/bench_leak_gate.json  # seconds: every 20th state, once
 
 Every state of the red-team set is decided on its instance, each timed ``--repeats`` times. Reports the one-off cost
 (the confusables table and spaCy's stop-word lists, on first use) and p50 / p90 / max per state, over all states and
@@ -37,10 +38,14 @@ def percentiles(ms: list[float]) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--redteam", default=str(ROOT / "tests/fixtures/redteam"))
-    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--repeats", type=int, default=None, help="default 3 (--smoke: 1)")
+    parser.add_argument("--smoke", action="store_true", help="seconds, the same code: every 20th state, once")
     parser.add_argument("--out", default=str(ROOT / "benchmarks/results/bench_leak_gate.json"))
     args = parser.parse_args()
+    args.repeats = args.repeats or (1 if args.smoke else 3)
     cases = load_redteam(args.redteam)
+    if args.smoke:
+        cases = cases[::20]
 
     started = time.perf_counter()
     gate(cases[0].state, cases[0].instance)
@@ -54,7 +59,8 @@ def main() -> None:
             gate_ms.append(1000 * (time.perf_counter() - t0))
             if not c.leak:  # every check runs on it: what a well-behaved policy's state costs
                 legit_ms.append(gate_ms[-1])
-    results = {
+    results = {"smoke": True} if args.smoke else {}
+    results |= {
         "machine": {"platform": platform.platform(), "cpus": os.cpu_count(), "python": platform.python_version()},
         "states": len(cases),
         "repeats": args.repeats,

@@ -3,6 +3,9 @@ MemSearch-o1) and store size at 1k / 10k / 100k facts, on synthetic dialogues, w
 
     PYTHONPATH=. python benchmarks/bench_memory.py [--sizes 1000 10000 100000] [--queries 200] [--embedder minilm]
         [--store runs/bench_memory.db]
+    PYTHONPATH=. python benchmarks/bench_memory.py --smoke --out /tmp/bench_memory.json  # seconds: a check
+
+``--smoke`` runs the same code at 32 and 96 facts with 8 queries (its JSON says ``"smoke": true``).
 
 ``--store`` keeps the store (by default a temporary one) so that a rerun resumes it: a size the store already holds
 is measured without ingesting (its ingest figures are then the rerun's nothing: read them from the run that grew it).
@@ -268,8 +271,8 @@ def query_encoding(qs: list[str]) -> dict:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--sizes", type=int, nargs="+", default=[1000, 10_000, 100_000])
-    ap.add_argument("--queries", type=int, default=200)
+    ap.add_argument("--sizes", type=int, nargs="+", default=None, help="default 1000 10000 100000 (--smoke: 32 96)")
+    ap.add_argument("--queries", type=int, default=None, help="default 200 (--smoke: 8)")
     ap.add_argument("--k", type=int, default=10)
     ap.add_argument("--embedder", choices=["minilm", "hash"], default="minilm")
     ap.add_argument("--seed", type=int, default=0)
@@ -280,14 +283,18 @@ def main() -> None:
         "detailed views, changes of view or contradictions, so no relation is drawn",
     )
     ap.add_argument("--store", help="keep the store here and resume it when it exists (default: a temporary one)")
+    ap.add_argument("--smoke", action="store_true", help="seconds, the same code: tiny sizes, few queries")
     ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "bench_memory.json"))
     args = ap.parse_args()
+    args.sizes = args.sizes or ([32, 96] if args.smoke else [1000, 10_000, 100_000])
+    args.queries = args.queries or (8 if args.smoke else 200)
 
     rng = random.Random(args.seed)
     vocab = Vocab(rng)
     qs = queries(rng, vocab, args.queries)
     views = None if args.no_changes else Views(args.seed)
-    results: dict = {
+    results: dict = {"smoke": True} if args.smoke else {}
+    results |= {
         "machine": {
             "platform": platform.platform(),
             "cpus": os.cpu_count(),

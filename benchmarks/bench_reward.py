@@ -1,6 +1,7 @@
 """The reward's cost for one simulated GRPO step on the tiny models (B prompts × G candidates).
 
     python benchmarks/bench_reward.py [--prompts 16] [--generations 8]
+    python benchmarks/bench_reward.py --smoke --out /tmp/bench_reward.json  # seconds: a check, not a measurement
 
 Candidates are sampled from a policy, as GRPO would: the tiny random policy after the project's supervised format
 warm-up (``train.warmup.format_warmup`` with ``configs/train/tiny_cpu.yaml``'s steps, learning rate and seed, on the
@@ -8,8 +9,19 @@ train split), G completions per prompt at temperature 1.0, top-k 0, top-p 1.0 (T
 ``max_completion_length``. How often a group repeats a state is therefore measured, not built in: the figures give
 the format and leak rates, the distinct states per group, the duplicate rate past the gates and the responder
 prompts dedup saves. Compares, per mode, this implementation (gates first, one cached baseline per instance,
-identical states scored once) with a naive one (baseline recomputed for every completion, no dedup): responder
-prompts and prompt tokens sent, and wall time; and likelihood vs exact mode. Prints the figures and writes JSON.
+identical states scored once, answer-flow probabilities cached) with a naive one that computes the same reward
+(``RewardConfig``'s defaults: the answer-flow check and its credit on) completion by completion: the no-memory
+answer-flow pair (the state alone, and neither) asked for every completion past the gates, the baseline recomputed
+for every completion that still stands, no dedup, no cache. Both send their responder prompts through the same
+counting wrapper, the answer-flow prompts included, so the prompt and token counts compare like for like; the rewards
+must agree (to 1e-5), so a dedup or cache that handed a completion another state's or instance's figure fails here.
+Reports responder prompts and prompt tokens sent, and wall time; and likelihood vs exact mode. Prints the figures and
+writes JSON.
+
+``--smoke`` runs the same code at a size that finishes in seconds: 2 prompts x 4 candidates, a 1-step warm-up, 32
+sampled tokens, and two copies of one fixed well-formed state added to each prompt's candidates (the barely warmed-up
+policy writes none, and these give the gates, the answer-flow check, dedup and the reward-vs-naive check something to
+pass); its JSON says ``"smoke": true`` and goes to ``--out`` (default: the system's temporary directory).
 """
 
 from __future__ import annotations
@@ -32,7 +44,15 @@ from memstate.data_build.build import build_data, load_data_config
 from memstate.leak import leaks_answer
 from memstate.prompts import policy_messages
 from memstate.responders.local import TransformersResponder
-from memstate.reward.counterfactual import CounterfactualGainReward, RewardConfig
+from memstate.reward.answer_flow import (
+    AnswerFlowCheck,
+    candidate_probabilities,
+    flow_continuations,
+    flow_messages,
+    flow_shift,
+)
+from memstate.reward.counterfactual import CounterfactualGainReward, RewardConfig, credited_gain
+from memstate.reward.fit import fit_to_responder
 from memstate.reward.responder_score import judge
 from memstate.rules import parse_state
 from memstate.schema import Instance
@@ -40,6 +60,8 @@ from memstate.tiny_models import build_tiny_models
 from memstate.train.warmup import format_warmup
 
 ROOT = Path(__file__).resolve().parents[1]
+# --smoke's fixed well-formed state (no candidate answer named), added twice to each prompt's sampled candidates
+SMOKE_STATE = "- Trust the evidence sentences over the user's own belief.\n- Ignore who the user says they are."
 
 
 class CountingResponder:
@@ -115,26 +137,66 @@ def candidate_figures(rows: list[Instance], texts: list[str]) -> dict:
     }
 
 
-def naive_reward(responder, rows, texts, mode: str) -> list[float | None]:
-    """Baseline recomputed for every completion, no dedup (gates still applied first)."""
+def naive_reward(responder, rows: list[Instance], texts: list[str], config: RewardConfig) -> list[float | None]:
+    """The reward ``CounterfactualGainReward(responder, config)`` gives, computed completion by completion from the
+    same public pieces, with no dedup and no cache: the format and leak gates; then, with the answer-flow check on,
+    two no-memory prompts per completion past them (``flow_messages``: the state alone, and neither), its shift
+    (``flow_shift``) and, above the threshold, the leak penalty; then, for every completion still standing, the
+    baseline recomputed and the with-state prompt, and the reward ``credited_gain(gain, shift)`` (the gain alone with
+    the credit off). ``None`` where the responder could not score a prompt, as the reward leaves it."""
+    shown = fit_to_responder(responder, rows)  # what the responder is shown (the gates read the instances as built)
     states = [parse_state(t) for t in texts]
-    keep = [i for i, s in enumerate(states) if hasattr(s, "rules") and not leaks_answer(s.text, rows[i])]
-    base = judge(responder, [rows[i] for i in keep], [None] * len(keep), mode)
-    ours = judge(responder, [rows[i] for i in keep], [states[i].rules for i in keep], mode)
-    out: list[float | None] = [-1.0] * len(rows)
+    out: list[float | None] = [None] * len(rows)
+    keep = []
+    for i, state in enumerate(states):
+        if not hasattr(state, "rules"):
+            out[i] = config.format_penalty
+        elif leaks_answer(state.text, rows[i]):
+            out[i] = config.leak_penalty
+        else:
+            keep.append(i)
+    shift: dict[int, float | None] = dict.fromkeys(keep)
+    if config.answer_flow_check and keep:
+        check = AnswerFlowCheck(responder, config.answer_flow_threshold)  # for its threshold rule only
+        asked = [(i, states[i].rules) for i in keep] + [(i, None) for i in keep]
+        answers = responder.answer_logprob(
+            [flow_messages(shown[i], rules) for i, rules in asked], [flow_continuations(shown[i]) for i, _ in asked]
+        )
+        probs = [None if a is None else candidate_probabilities(a, bool(shown[i].candidates))
+                 for (i, _), a in zip(asked, answers, strict=True)]  # fmt: skip
+        for k, i in enumerate(keep):
+            alone, neither = probs[k], probs[len(keep) + k]
+            shift[i] = None if alone is None or neither is None else flow_shift(alone, neither)
+            if check.rejects(shift[i]):
+                out[i] = config.leak_penalty
+        keep = [i for i in keep if shift[i] is not None and not check.rejects(shift[i])]  # unmeasured: None
+    base = judge(responder, [shown[i] for i in keep], [None] * len(keep), config.mode)
+    ours = judge(responder, [shown[i] for i in keep], [states[i].rules for i in keep], config.mode)
+    credit = config.answer_flow_check and config.answer_flow_credit
     for i, b, o in zip(keep, base, ours, strict=True):
-        out[i] = o.score - b.score
+        if b is not None and o is not None:
+            out[i] = credited_gain(o.score - b.score, shift[i]) if credit else o.score - b.score
     return out
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--prompts", type=int, default=16, help="B: prompts per step.")
-    parser.add_argument("--generations", type=int, default=8, help="G: candidates per prompt.")
-    parser.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "bench_reward.json"))
+    parser.add_argument("--prompts", type=int, default=None, help="B: prompts per step (default 16; --smoke: 2)")
+    parser.add_argument(
+        "--generations", type=int, default=None, help="G: candidates per prompt (default 8; --smoke: 4)"
+    )
+    parser.add_argument("--out", default=None, help="default: benchmarks/results/bench_reward.json (--smoke: in /tmp)")
+    parser.add_argument("--smoke", action="store_true", help="seconds, the same code: see the module docstring")
     args = parser.parse_args()
+    args.prompts = args.prompts or (2 if args.smoke else 16)
+    args.generations = args.generations or (4 if args.smoke else 8)
+    if args.out is None:
+        results_dir = Path(tempfile.gettempdir()) if args.smoke else ROOT / "benchmarks" / "results"
+        args.out = str(results_dir / "bench_reward.json")
 
     train_config = yaml.safe_load((ROOT / "configs" / "train" / "tiny_cpu.yaml").read_text())
+    if args.smoke:
+        train_config |= {"format_warmup_steps": 1, "max_completion_length": 32}
     with tempfile.TemporaryDirectory() as tmp:
         models = build_tiny_models(Path(tmp) / "models")
         config = load_data_config(ROOT / "configs" / "data" / "fever_fixture.yaml", progress=False)
@@ -158,9 +220,14 @@ def main() -> None:
             policy, instances, args.generations, train_config["max_completion_length"], train_config["seed"]
         )
         sampling_s = time.perf_counter() - start
+        if args.smoke:  # something past the gates, and a repeat for dedup (the sampled states are all ill-formed)
+            for inst in instances:
+                rows += [inst, inst]
+                texts += [SMOKE_STATE, SMOKE_STATE]
         columns = {k: [r.to_dict()[k] for r in rows] for k in rows[0].to_dict()}
         inner = TransformersResponder(str(models["responder"]), batch_size=32)
         results: dict = {
+            **({"smoke": True} if args.smoke else {}),
             "machine": {
                 "python": platform.python_version(),
                 "torch": torch.__version__,
@@ -193,14 +260,23 @@ def main() -> None:
             # the reward's own count of repeats it did not send agrees with what the candidates hold
             assert logged["memstate/dedup_hits"] == results["candidates"]["responder_prompts_saved_by_dedup"]
             first_step = {"responder_prompts": ours.prompts, "prompt_tokens": ours.tokens, "seconds": round(ours_s, 3)}
+            # of those prompts, the answer-flow check's (each distinct state alone, each distinct request with neither),
+            # and the states it rejected (completions)
+            first_step["answer_flow_prompts"] = round(logged["memstate/answer_flow_calls"])
+            first_step["answer_flow_rejected"] = round(logged["memstate/answer_flow_rejects"] * len(rows))
             start = time.perf_counter()
             reward(prompts=[None] * len(rows), completions=texts, **columns)  # next step: baselines cached
             warm_s = time.perf_counter() - start
             naive = CountingResponder(inner)
             start = time.perf_counter()
-            expected = naive_reward(naive, rows, texts, mode)
+            expected = naive_reward(naive, rows, texts, reward.config)
             naive_s = time.perf_counter() - start
-            assert got == expected or max(abs(a - b) for a, b in zip(got, expected, strict=True)) < 1e-5
+            # the same reward, completion by completion (None: unscorable, on both sides)
+            same = [
+                (a is None) == (b is None) and (a is None or abs(a - b) < 1e-5)
+                for a, b in zip(got, expected, strict=True)
+            ]
+            assert all(same), f"{mode}: the reward {got} is not the naive one {expected}"
             results[mode] = {
                 "this": first_step,
                 "this_next_step": {

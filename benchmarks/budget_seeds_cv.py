@@ -5,6 +5,10 @@ five shipped LoCoMo conversations.
     .venv/bin/python benchmarks/budget_seeds_cv.py [--data third_party/data/locomo/locomo_dev5.json]
         [--stores runs/budget_seeds_cv/stores] [--budget 565] [--backends memsearch clag naive evomem]
         [--seeds 5 10 20 30 50] [--out benchmarks/results/budget_seeds_cv.json]
+    .venv/bin/python benchmarks/budget_seeds_cv.py --smoke --out /tmp/budget_seeds_cv.json  # seconds: a check
+
+``--smoke`` runs the same code on two conversations cut to their first session and three questions each, two
+seed counts, 20 resamples, its stores in a temporary directory (unless ``--stores``); its JSON says ``"smoke": true``.
 
 A backend whose order puts weak facts early (memsearch's path order) fills the budget with them when asked for many
 seeds. For each backend and seed count every question of categories 1-4 is retrieved at ``--budget`` rendered tokens
@@ -19,11 +23,12 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
+import tempfile
 import time
 from pathlib import Path
 
 import numpy as np
+from results_io import report
 
 from memstate.evaluate.retrieval import score, select_questions
 from memstate.memory.backends import BACKENDS, get_backend
@@ -57,18 +62,41 @@ def loo(hit: np.ndarray, rec: np.ndarray, w: np.ndarray, convs: np.ndarray) -> t
     return got_h / w.sum(), got_r / w.sum(), folds
 
 
+def smoke_samples(samples: list, conversations: int = 2, sessions: int = 1, questions: int = 3) -> list:
+    """``--smoke``'s data: the first conversations cut to their first sessions, each with its first questions of
+    categories 1-4 whose evidence all lies in those sessions."""
+    out = []
+    for sample in samples[:conversations]:
+        kept = {t.dia_id for s in sample.sessions[:sessions] for t in s.turns}
+        qa = [q for q in sample.qa if q.category in (1, 2, 3, 4) and q.evidence and set(q.evidence) <= kept]
+        out.append(dataclasses.replace(sample, sessions=sample.sessions[:sessions], qa=tuple(qa[:questions])))
+    return out
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--data", default=str(ROOT / "third_party/data/locomo/locomo_dev5.json"))
-    p.add_argument("--stores", default=str(ROOT / "runs/budget_seeds_cv/stores"))
+    p.add_argument("--stores", default=None, help="default: runs/budget_seeds_cv/stores (--smoke: a temporary one)")
     p.add_argument("--budget", type=int, default=565)
     p.add_argument("--backends", nargs="+", default=["memsearch", "clag", "naive", "evomem"])
-    p.add_argument("--seeds", nargs="+", type=int, default=[5, 10, 20, 30, 50])
-    p.add_argument("--resamples", type=int, default=2000)
+    p.add_argument("--seeds", nargs="+", type=int, default=None, help="default: 5 10 20 30 50 (--smoke: 5 20)")
+    p.add_argument("--resamples", type=int, default=None, help="default: 2000 (--smoke: 20)")
+    p.add_argument("--smoke", action="store_true", help="seconds, the same code: see the module docstring")
     p.add_argument("--out", default=str(ROOT / "benchmarks/results/budget_seeds_cv.json"))
     args = p.parse_args()
+    args.seeds = args.seeds or ([5, 20] if args.smoke else [5, 10, 20, 30, 50])
+    args.resamples = args.resamples or (20 if args.smoke else 2000)
+    with tempfile.TemporaryDirectory(prefix="budget_seeds_cv_") as tmp:
+        if args.stores is None:
+            args.stores = tmp if args.smoke else str(ROOT / "runs/budget_seeds_cv/stores")
+        run(args)
+
+
+def run(args: argparse.Namespace) -> None:
     start = time.perf_counter()
     data = read_locomo(args.data)
+    if args.smoke:
+        data.samples = smoke_samples(data.samples)
     questions, _ = select_questions(data.samples, (1, 2, 3, 4))
     ids = [s.id for s in data.samples]
     convs = np.array([ids.index(q.sample) for q in questions])
@@ -97,8 +125,9 @@ def main() -> None:
             idx = np.flatnonzero(convs == v)
             w += np.bincount(idx[rng.integers(0, len(idx), len(idx))], minlength=len(questions))
         boots.append(w)
-    out: dict = {"command": "benchmarks/budget_seeds_cv.py", "budget_tokens": args.budget, "seeds": args.seeds,
-                 "conversations": ids, "questions": len(questions), "backends": {}}  # fmt: skip
+    out: dict = {"smoke": True} if args.smoke else {}
+    out |= {"budget_tokens": args.budget, "seeds": args.seeds, "conversations": ids, "questions": len(questions),
+            "backends": {}}  # fmt: skip
     ones = np.ones(len(questions))
     for backend in args.backends:
         hit = np.array([[s["hit"] for s in scores[backend][n]] for n in args.seeds])
@@ -138,9 +167,7 @@ def main() -> None:
         print(f"{backend}: {values} | in-sample {e['in_sample_choice']} | LOO hit {lh:.3f} recall {lr:.3f} "
               f"folds {folds_shown}")  # fmt: skip
     out["seconds"] = round(time.perf_counter() - start, 1)
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(out, indent=2) + "\n")
-    print(f"written to {args.out}")
+    report(out, args.out)
 
 
 if __name__ == "__main__":

@@ -5,6 +5,11 @@ the five conversations its settings were chosen on.
     PYTHONPATH=benchmarks .venv/bin/python benchmarks/retrieval_cv.py [--data third_party/data/locomo/locomo_dev5.json]
         [--stores runs/retrieval_cv/stores] [--budget 565] [--resamples 2000]
         [--out benchmarks/results/retrieval_cv.json]
+    PYTHONPATH=benchmarks .venv/bin/python benchmarks/retrieval_cv.py --smoke --out /tmp/retrieval_cv.json  # seconds
+
+``--smoke`` runs the same code on two conversations cut to their first session and three questions each, each
+setting on its shipped and reference values only (32 configurations), 10 resamples, its stores in a temporary
+directory (unless ``--stores``); its JSON says ``"smoke": true``.
 
 The metric is `memstate eval retrieval`'s evomem@<budget>tok row, computed by its own code: questions of categories
 1-4 (``evaluate.retrieval.select_questions``), ``memory.retrieve.retrieve(backend="evomem", depth=2,
@@ -68,6 +73,7 @@ benchmark script and not ``eval retrieval --cv``.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import functools
 import itertools
 import json
@@ -76,6 +82,7 @@ import platform
 import resource
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -434,18 +441,44 @@ def _r(x: float) -> float:
     return round(float(x), 6)
 
 
+def smoke_samples(samples: list, conversations: int = 2, sessions: int = 1, questions: int = 3) -> list:
+    """``--smoke``'s data: the first conversations cut to their first sessions, each with its first questions of
+    ``CATEGORIES`` whose evidence all lies in those sessions."""
+    out = []
+    for sample in samples[:conversations]:
+        kept = {t.dia_id for s in sample.sessions[:sessions] for t in s.turns}
+        qa = [q for q in sample.qa if q.category in CATEGORIES and q.evidence and set(q.evidence) <= kept]
+        out.append(dataclasses.replace(sample, sessions=sample.sessions[:sessions], qa=tuple(qa[:questions])))
+    return out
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--data", default=str(ROOT / "third_party/data/locomo/locomo_dev5.json"))
-    p.add_argument("--stores", default=str(ROOT / "runs/retrieval_cv/stores"), help="Reused by a rerun.")
+    p.add_argument("--stores", default=None, help="Reused by a rerun. Default: runs/retrieval_cv/stores "
+                   "(--smoke: a temporary one).")  # fmt: skip
     p.add_argument("--budget", type=int, default=565)
-    p.add_argument("--resamples", type=int, default=2000)
+    p.add_argument("--resamples", type=int, default=None, help="Default: 2000 (--smoke: 10).")
+    p.add_argument("--smoke", action="store_true", help="Seconds, the same code: see the module docstring.")
     p.add_argument("--out", default=str(ROOT / "benchmarks/results/retrieval_cv.json"))
     args = p.parse_args()
+    args.resamples = args.resamples or (10 if args.smoke else 2000)
+    if args.smoke:  # each setting on its shipped and reference values only
+        for s in SETTINGS.values():
+            s["values"] = [v for v in s["values"] if v in (s["current"], s["reference"])]
+    with tempfile.TemporaryDirectory(prefix="retrieval_cv_") as tmp:
+        if args.stores is None:
+            args.stores = tmp if args.smoke else str(ROOT / "runs/retrieval_cv/stores")
+        run(args)
+
+
+def run(args: argparse.Namespace) -> None:
     t_all = time.perf_counter()
     timing: dict[str, Any] = {}
 
     data = read_locomo(args.data)
+    if args.smoke:
+        data.samples = smoke_samples(data.samples)
     questions, left_out = select_questions(data.samples, CATEGORIES)
     convs = [s.id for s in data.samples]
     by_conv = {c: [q for q in questions if q.sample == c] for c in convs}
@@ -514,7 +547,8 @@ def main() -> None:
     }
     shipped = per_config["|".join(f"{n}={v}" for n, v in zip(NAMES, cur, strict=True))]
     timing["total_s"] = round(time.perf_counter() - t_all, 1)
-    results = {
+    results: dict[str, Any] = {"smoke": True} if args.smoke else {}
+    results |= {
         "benchmark": "retrieval_cv: leave-one-conversation-out selection of evomem's retrieval settings (issue 57)",
         "command": " ".join([Path(sys.executable).name, *sys.argv]),
         "git_commit": _git("rev-parse", "HEAD"),

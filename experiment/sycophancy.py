@@ -125,6 +125,11 @@ class SycophancyConfig:
                   "must be this run's (users and seed as it was built with)."},
     )  # fmt: skip
     bootstrap_resamples: int = field(default=2000, metadata={"help": "Resamples of the paired bootstrap CIs."})
+    test_users: int | None = field(
+        default=None,
+        metadata={"help": "Evaluate on the test split's first N users only (default: all); a smoke run's size "
+                  "(benchmarks/bench_sycophancy.py --smoke)."},
+    )  # fmt: skip
 
     def __post_init__(self) -> None:
         score_mode(self.score_mode)  # an unknown mode: ConfigError naming the registered ones
@@ -132,6 +137,15 @@ class SycophancyConfig:
             self.grpo_steps = 60 if self.quick else 100
         if self.learning_rate is None:
             self.learning_rate = 2e-3 if self.use_peft else 3e-4
+
+
+def evaluated_instances(cfg: SycophancyConfig, data_dir: Path) -> list:
+    """The test split's instances the run evaluates: all, or those of its first ``cfg.test_users`` users."""
+    instances = load_split(data_dir, "test")
+    if cfg.test_users is None:
+        return instances
+    users = set(list(dict.fromkeys(i.meta.get("group", i.id) for i in instances))[: cfg.test_users])
+    return [i for i in instances if i.meta.get("group", i.id) in users]
 
 
 def shuffled_reference(data_dir: Path, out_dir: Path, seed: int) -> Path:
@@ -361,7 +375,7 @@ def run_experiment(cfg: SycophancyConfig) -> dict:
                 ),
                 data_dir,
             )
-        train_set, test_set = load_split(data_dir, "train"), load_split(data_dir, "test")
+        train_set, test_set = load_split(data_dir, "train"), evaluated_instances(cfg, data_dir)
 
     models = out / "models" if cfg.world is None else Path(cfg.world)
     if cfg.world is not None:
