@@ -125,6 +125,23 @@ def logp(run: dict, field: str = "logp_mean_abs_diff", planted: bool = False) ->
     ]
 
 
+def flow_without_state(run: dict) -> int:
+    """bench_reward: the answer-flow check's no-memory prompts with neither state nor memory (one per distinct
+    request), i.e. its prompts less the one per distinct state past the gates."""
+    return run["likelihood"]["this"]["answer_flow_prompts"] - run["candidates"]["distinct_states_past_the_gates"]
+
+
+def reward_baselines(run: dict) -> int:
+    """bench_reward: the first step's baseline prompts, i.e. its prompts less the answer-flow check's and the states
+    scored (those the next step, with the baselines and the check cached, sends again)."""
+    this = run["likelihood"]["this"]
+    return (
+        this["responder_prompts"]
+        - this["answer_flow_prompts"]
+        - run["likelihood"]["this_next_step"]["responder_prompts"]
+    )
+
+
 def same(values):
     """The one value every fold chose."""
     values = set(values)
@@ -272,12 +289,13 @@ FIGURES: list[Block] = [
         [
             ("16", lambda j: num(j["step"]["prompts"])),
             ("8", lambda j: num(j["step"]["generations"])),
-            ("34", lambda j: num(j["likelihood"]["this"]["responder_prompts"])),
-            ("18", lambda j: num(j["likelihood"]["this_next_step"]["responder_prompts"])),
-            ("36", lambda j: num(j["likelihood"]["naive"]["responder_prompts"])),
-            ("0.71", lambda j: num(j["likelihood"]["this"]["seconds"], 2)),
-            ("1.03", lambda j: num(j["likelihood"]["naive"]["seconds"], 2)),
-            ("18%", lambda j: pct(j["candidates"]["format_ok_rate"])),
+            ("152", lambda j: num(j["likelihood"]["this"]["responder_prompts"])),
+            ("65", lambda j: num(j["likelihood"]["this_next_step"]["responder_prompts"])),
+            ("260", lambda j: num(j["likelihood"]["naive"]["responder_prompts"])),
+            ("19.81", lambda j: num(j["likelihood"]["this"]["seconds"], 2)),
+            ("25.04", lambda j: num(j["likelihood"]["naive"]["seconds"], 2)),
+            ("10", lambda j: num(j["load_avg_at_write"][0])),
+            ("70%", lambda j: pct(j["candidates"]["format_ok_rate"])),
         ],
     ),
     Block(
@@ -452,7 +470,7 @@ FIGURES: list[Block] = [
             ("5, 10, 20, 30, 50", lambda j: ", ".join(num(s) for s in j["seeds"])),
             ("10", lambda j: num(same(j["backends"]["memsearch"]["fold_choices"].values()))),
             ("0.757", lambda j: num(j["backends"]["memsearch"]["per_seeds"]["10"]["hit"], 3)),
-            ("0.633", lambda j: num(j["backends"]["memsearch"]["per_seeds"]["50"]["hit"], 3)),
+            ("0.628", lambda j: num(j["backends"]["memsearch"]["per_seeds"]["50"]["hit"], 3)),
             ("50", lambda j: num(max(j["seeds"]))),
             (
                 "50",
@@ -460,6 +478,7 @@ FIGURES: list[Block] = [
                     same(c for b in ("clag", "naive", "evomem") for c in j["backends"][b]["fold_choices"].values())
                 ),
             ),
+            ("71", lambda j: num(j["seconds"] / 60)),
         ],
     ),
     Block(
@@ -654,14 +673,21 @@ FIGURES: list[Block] = [
             ("16", lambda j: num(j["step"]["prompts"])),
             ("8", lambda j: num(j["step"]["generations"])),
             ("1.0", lambda j: num(j["policy"]["sampling"]["temperature"], 1)),
-            ("20", lambda j: num(j["policy"]["warmup_steps"])),
-            ("18%", lambda j: pct(j["candidates"]["format_ok_rate"])),
-            ("18", lambda j: num(j["candidates"]["distinct_states_past_the_gates"])),
-            ("34", lambda j: num(j["likelihood"]["this"]["responder_prompts"])),
-            ("16", lambda j: num(j["likelihood"]["this"]["responder_prompts"] - j["candidates"]["past_the_gates"])),
-            ("18", lambda j: num(j["candidates"]["past_the_gates"])),
-            ("18", lambda j: num(j["likelihood"]["this_next_step"]["responder_prompts"])),
-            ("36", lambda j: num(j["likelihood"]["naive"]["responder_prompts"])),
+            ("60", lambda j: num(j["policy"]["warmup_steps"])),
+            ("70%", lambda j: pct(j["candidates"]["format_ok_rate"])),
+            ("65", lambda j: num(j["candidates"]["distinct_states_past_the_gates"])),
+            ("152", lambda j: num(j["likelihood"]["this"]["responder_prompts"])),
+            ("71", lambda j: num(j["likelihood"]["this"]["answer_flow_prompts"])),
+            ("65", lambda j: num(j["candidates"]["distinct_states_past_the_gates"])),  # the states alone
+            ("6", lambda j: num(flow_without_state(j))),
+            ("16", lambda j: num(j["step"]["prompts"])),
+            ("6", lambda j: num(flow_without_state(j))),
+            ("16", lambda j: num(reward_baselines(j))),
+            ("65", lambda j: num(j["likelihood"]["this_next_step"]["responder_prompts"])),  # the states scored
+            ("65", lambda j: num(j["likelihood"]["this_next_step"]["responder_prompts"])),
+            ("260", lambda j: num(j["likelihood"]["naive"]["responder_prompts"])),
+            ("4", lambda j: num(j["likelihood"]["naive"]["responder_prompts"] / j["candidates"]["past_the_gates"])),
+            ("10", lambda j: num(j["load_avg_at_write"][0])),
         ],
         {"3.4×": "an earlier version's figure, named as superseded"},
     ),
