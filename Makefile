@@ -6,7 +6,7 @@ VENV ?= .venv
 TORCH_SPEC ?= torch==2.13.0
 BIN := $(VENV)/bin
 
-.PHONY: setup demo test lint vllm-venv deepspeed trl-drift
+.PHONY: setup demo test lint vllm-venv deepspeed trl-drift check-all
 
 $(BIN)/memstate: pyproject.toml
 	@echo "setup: creating $(VENV) (3-5 minutes the first time)"
@@ -34,6 +34,13 @@ demo: setup
 # (passively: tests/conftest.py, memstate/threads.py), so two workers on 2 cores run the suite ~1.5x faster.
 test: setup
 	$(BIN)/python -m pytest -n auto --maxprocesses 4
+
+# Everything CI runs per commit and what it leaves out to stay within its time (docs/development.md, "CI budget"): the
+# GRPO learning tests, the quick experiments, the README's `slow` blocks and the whole transformers-5.17 subset; about
+# 45 min on 2 cores. Run it before a change to training, the reward, the experiments or the memory pipeline lands, and
+# after a dependency bump.
+check-all:
+	bash .ci/run --full
 
 lint: setup
 	$(BIN)/ruff check . && $(BIN)/ruff format --check .

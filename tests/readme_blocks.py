@@ -6,6 +6,7 @@ A block's info string is its language and, optionally, one tag saying why it is 
 
 from __future__ import annotations
 
+import os
 import re
 import sys
 from dataclasses import dataclass
@@ -35,10 +36,14 @@ SHELLS = {"bash", "sh", "shell"}
 SYNTAX_ONLY = {
     "gpu": "needs GPUs, real weights or a cluster",
     "data": "needs the full public datasets (`memstate data fetch` downloads them: network, gigabytes)",
-    "long": "runs for many minutes: the sycophancy experiment (CI runs it as its own step, pytest -m experiment), "
-    "the whole MemSyco-Bench ingest and the full retrieval sweep (their figures are in docs/), the test suites "
-    "themselves (docs/development.md)",
+    "long": "runs for many minutes: the sycophancy experiment (`make check-all` runs its quick form, "
+    "pytest -m experiment), the whole MemSyco-Bench ingest and the full retrieval sweep (their figures are in "
+    "docs/), the test suites themselves (docs/development.md)",
+    "slow": "minutes of CPU that the default suite covers on smaller data; `make check-all` runs it "
+    "(MEMSTATE_README_SLOW=1)",
 }
+# Blocks tagged `slow` run when this is set (`make check-all`, .ci/run --full); otherwise they are syntax-checked.
+RUN_SLOW = os.environ.get("MEMSTATE_README_SLOW") == "1"
 # Runs with its servers (tests/server_blocks.py): each `memstate serve` line starts in the background and is waited
 # for, the block's other lines run against it, the servers stop. Needs the vLLM venv (`make vllm-venv`).
 SERVER = "server"
@@ -58,7 +63,7 @@ class Block:
 
     @property
     def runs(self) -> bool:
-        return self.tag in (None, SERVER)
+        return self.tag in (None, SERVER) or (self.tag == "slow" and RUN_SLOW)
 
     @property
     def commands(self) -> str:
