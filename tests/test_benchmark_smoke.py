@@ -3,11 +3,11 @@ path, its own checks on) and ``--out FILE``, and writes its JSON there with ``"s
 change elsewhere (a renamed config key, a moved function) fails the default suite at the commit that breaks it, not
 months later when someone reruns it. A new script without ``--smoke`` fails here too.
 
-The GPU scripts (benchmarks/gpu/) have their own dry runs (tests/test_gpu_check.py). The two that start a real vLLM
-server need the vLLM venv and run in CI's vLLM step (marker ``vllm``). Five cost a CPU-minute or more even at their
-smallest: the three that train the sycophancy world's models (a responder, a warm-up, GRPO and four evaluations) and
-the two that time GRPO steps in several child processes (bench_threads, bench_train_step); they are marked ``slow``
-and run in ``make check-all`` (docs/development.md, "CI budget")."""
+The GPU scripts (benchmarks/gpu/) have their own dry runs (tests/test_gpu_check.py). Seven cost minutes of CPU even
+at their smallest and run in ``make check-all`` (marker ``slow``; docs/development.md, "CI budget"): the three that
+train the sycophancy world's models (a responder, a warm-up, GRPO and four evaluations), the two that time GRPO
+steps in several child processes (bench_threads, bench_train_step) and the two that start a real vLLM server from the
+vLLM venv (bench_serve, bench_serve_load: ~3.5 min each beside CI's other lane)."""
 
 import json
 import subprocess
@@ -19,14 +19,15 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 BENCHMARKS = ROOT / "benchmarks"
 SHARED = {"results_io.py"}  # imported by the scripts, not one itself
-NEEDS_VLLM = {"bench_serve.py", "bench_serve_load.py"}
-# Each trains: a world's models, or GRPO steps in several child processes (one per path or thread setting).
+# Each trains a world's models, times GRPO steps in child processes, or starts a vLLM server (needs `make vllm-venv`).
 HEAVY = {
     "bench_sycophancy.py",
     "bench_sycophancy_seeds.py",
     "demo_spread.py",
     "bench_threads.py",
     "bench_train_step.py",
+    "bench_serve.py",
+    "bench_serve_load.py",
 }
 SCRIPTS = sorted(p.name for p in BENCHMARKS.glob("*.py") if p.name not in SHARED)
 
@@ -35,15 +36,7 @@ def results_snapshot() -> dict[str, int]:
     return {p.name: p.stat().st_mtime_ns for p in (BENCHMARKS / "results").glob("*")}
 
 
-def marked(script: str):
-    if script in NEEDS_VLLM:
-        return pytest.param(script, marks=pytest.mark.vllm)
-    if script in HEAVY:
-        return pytest.param(script, marks=pytest.mark.slow)
-    return script
-
-
-@pytest.mark.parametrize("script", [marked(s) for s in SCRIPTS])
+@pytest.mark.parametrize("script", [pytest.param(s, marks=pytest.mark.slow) if s in HEAVY else s for s in SCRIPTS])
 def test_benchmark_runs_at_its_smoke_size(script, tmp_path):
     out = tmp_path / "result.json"
     before = results_snapshot()
