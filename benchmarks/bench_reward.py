@@ -36,7 +36,7 @@ from pathlib import Path
 
 import torch
 import yaml
-from results_io import report
+from results_io import default_out, report
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from memstate.data import load_split
@@ -190,9 +190,7 @@ def main() -> None:
     args = parser.parse_args()
     args.prompts = args.prompts or (2 if args.smoke else 16)
     args.generations = args.generations or (4 if args.smoke else 8)
-    if args.out is None:
-        results_dir = Path(tempfile.gettempdir()) if args.smoke else ROOT / "benchmarks" / "results"
-        args.out = str(results_dir / "bench_reward.json")
+    args.out = args.out or default_out("bench_reward.json", args.smoke)
 
     train_config = yaml.safe_load((ROOT / "configs" / "train" / "tiny_cpu.yaml").read_text())
     if args.smoke:

@@ -41,7 +41,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from results_io import report
+from results_io import default_out, report
 
 from memstate.threads import THREAD_VARS  # removed from the children's environment for the "before" settings
 
@@ -262,9 +262,7 @@ def main() -> None:
         return
     args.steps = args.steps or (2 if args.smoke else 6)
     args.repeats = args.repeats or (1 if args.smoke else 3)
-    if args.out is None:
-        results_dir = Path(tempfile.gettempdir()) if args.smoke else ROOT / "benchmarks" / "results"
-        args.out = str(results_dir / "bench_threads.json")
+    args.out = args.out or default_out("bench_threads.json", args.smoke)
 
     settings = [(configure, busy) for configure in (False, True) for busy in (False, True)]
     if args.smoke:

@@ -46,7 +46,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from results_io import report
+from results_io import default_out, report
 
 ROOT = Path(__file__).resolve().parents[1]
 PATHS = ("stock", "dense", "flex", "split")
@@ -200,9 +200,7 @@ def main() -> None:
         [(64, 16, 2)] if args.smoke else [(8192, 512, 8), (8192, 128, 8), (2048, 512, 8), (2048, 128, 8)]
     )
     args.repeats = args.repeats or (1 if args.smoke else 3)
-    if args.out is None:
-        results_dir = Path(tempfile.gettempdir()) if args.smoke else ROOT / "benchmarks" / "results"
-        args.out = str(results_dir / "bench_train_step.json")
+    args.out = args.out or default_out("bench_train_step.json", args.smoke)
 
     from memstate.tiny_models import build_tiny_models
 

@@ -28,7 +28,7 @@ import time
 from pathlib import Path
 
 import yaml
-from results_io import ROOT, report
+from results_io import ROOT, default_out, report
 
 from memstate.cli import main as memstate
 from memstate.experiment.demo import EVAL_TEMPERATURE, WORLD, Demo, render, summarize
@@ -91,9 +91,7 @@ def main() -> None:
     parser.add_argument("--smoke", action="store_true", help="seconds, the same commands: see the module docstring")
     args = parser.parse_args()
     args.seeds = args.seeds or ([0] if args.smoke else [0, 1, 2, 3])
-    if args.out is None:
-        results_dir = Path(tempfile.gettempdir()) if args.smoke else ROOT / "benchmarks" / "results"
-        args.out = str(results_dir / "demo_spread.json")
+    args.out = args.out or default_out("demo_spread.json", args.smoke)
     with tempfile.TemporaryDirectory() as tmp:
         world, train_extra, eval_extra = WORLD, [], []
         if args.smoke:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -16,6 +17,12 @@ def command_line() -> str:
     script = Path(sys.argv[0]).resolve()
     shown = script.relative_to(ROOT) if script.is_relative_to(ROOT) else script
     return " ".join(["python", str(shown), *sys.argv[1:]])
+
+
+def default_out(name: str, smoke: bool) -> str:
+    """Where a benchmark writes ``name`` when ``--out`` is not given: the committed results, or for a ``--smoke`` run
+    (whose figures are no measurement) the system's temporary directory."""
+    return str((Path(tempfile.gettempdir()) if smoke else ROOT / "benchmarks" / "results") / name)
 
 
 def report(results: dict, out: str | Path) -> None:
